@@ -1,0 +1,92 @@
+"""Bricks: runnable pieces of a model, rebuilt as fresh keras.Models."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import keras
+
+from dlbricks_tf import replay
+from dlbricks_tf.graph import Call, TensorSpec
+
+
+def layer_name(qualified: str) -> str:
+    """The name a call's fresh layer gets inside a built brick.
+
+    Keras forbids `/` in layer names, so `outer/inner` becomes
+    `outer__inner`.
+    """
+    return qualified.replace("/", "__")
+
+
+@dataclasses.dataclass(frozen=True)
+class Brick:
+    """A run of consecutive layer calls that builds into a `keras.Model`.
+
+    Attributes:
+        layers: qualified names of the calls it covers, in order (a layer
+            called twice appears twice).
+        signature: equal for bricks that are the same modulo names and
+            weights (see `signature.py`).
+        inputs: specs of the tensors it reads, without the batch dimension.
+        outputs: specs of the tensors it exposes (None where unrecorded).
+        class_names: the class of each call.
+        input_ids: ids of the model tensors it reads, in `inputs` order.
+        output_ids: ids of the model tensors it exposes, in `outputs` order.
+    """
+
+    layers: tuple[str, ...]
+    signature: str
+    inputs: tuple[TensorSpec, ...]
+    outputs: tuple[TensorSpec | None, ...]
+    class_names: tuple[str, ...]
+    input_ids: tuple[int, ...]
+    output_ids: tuple[int, ...]
+    calls: tuple[Call, ...] = dataclasses.field(repr=False, compare=False)
+    factory: replay.LayerFactory = dataclasses.field(repr=False, compare=False)
+
+    def build(self, batch_size: int | None = 1) -> keras.Model:
+        """A fresh, runnable `keras.Model` of this brick, with new weights.
+
+        Each source layer becomes one fresh layer named `layer_name(...)` of
+        its qualified name; a layer called twice in the brick is shared, as
+        in the source model.
+
+        Args:
+            batch_size: the batch dimension of the inputs (None: dynamic).
+
+        Returns:
+            A model taking one tensor (or a list, for several inputs) and
+            returning one tensor (or a list).
+
+        Example:
+            >>> d = dlbricks_tf.decompose(model, granularity=3)
+            >>> m = d.bricks[0].build(batch_size=8)
+        """
+        if batch_size is not None and batch_size < 1:
+            raise ValueError(
+                f"batch_size must be 1 or more. Received: {batch_size}"
+            )
+        tensors = {}
+        inputs = []
+        for t, spec in zip(self.input_ids, self.inputs, strict=True):
+            x = keras.Input(
+                batch_shape=(batch_size, *spec.shape), dtype=spec.dtype
+            )
+            tensors[t] = x
+            inputs.append(x)
+        layers: dict[str, object] = {}
+        for c in self.calls:
+            op = layers.get(c.name)
+            if op is None:
+                op = self.factory.create(c, name=layer_name(c.name))
+                layers[c.name] = op
+            outs = replay.call(op, c.node, [tensors[t] for t in c.inputs])
+            for slot, t in zip(c.output_slots, c.outputs, strict=True):
+                tensors[t] = outs[slot]
+        outputs = [tensors[t] for t in self.output_ids]
+        return keras.Model(
+            inputs=inputs[0] if len(inputs) == 1 else inputs,
+            outputs=outputs[0] if len(outputs) == 1 else outputs,
+            name=f"brick_{self.signature}",
+        )

@@ -1,0 +1,184 @@
+"""`decompose`: a model in, its bricks and their DAG out."""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping
+from typing import Any
+
+from dlbricks_tf import graph as graph_lib
+from dlbricks_tf import loading, replay, signature, split
+from dlbricks_tf.brick import Brick
+from dlbricks_tf.errors import DecompositionError
+
+
+@dataclasses.dataclass(frozen=True)
+class Decomposition:
+    """A model cut into bricks.
+
+    Attributes:
+        name: the model's name.
+        granularity: G, the most calls a brick holds.
+        bricks: the bricks in topological order; every call is in exactly
+            one.
+        dependencies: for brick i, the indices (< i) of the bricks it reads.
+        inputs: ids of the model's input tensors (flattened, keras.tree
+            order), the ids that `Brick.input_ids` refer to.
+        outputs: ids of the model's output tensors (flattened).
+        num_calls: how many layer calls the model makes.
+    """
+
+    name: str
+    granularity: int
+    bricks: list[Brick]
+    dependencies: list[tuple[int, ...]]
+    inputs: tuple[int, ...]
+    outputs: tuple[int, ...]
+    num_calls: int
+
+
+def decompose(
+    model_or_path: Any,
+    granularity: int = 1,
+    custom_objects: Mapping[str, Any] | None = None,
+    safe_mode: bool = True,
+) -> Decomposition:
+    """Cuts a Keras model into bricks of at most `granularity` layer calls.
+
+    The model's config is walked (no weight is read), nested models are
+    flattened, and the calls are split in topological order with the
+    paper's Algorithms 1 and 2 (see `split.py`).
+
+    Args:
+        model_or_path: a Functional or Sequential `keras.Model`, or the path
+            of a `.keras` archive, an `.h5` file or a model-config `.json`.
+        granularity: G, the most layer calls a brick may hold (1 or more).
+        custom_objects: custom layer classes by name, for model files whose
+            layers are not registered with Keras.
+        safe_mode: refuse Lambda layers from files, whose code would run when
+            a brick is built. A model in memory is trusted: its code already
+            runs here.
+
+    Returns:
+        The `Decomposition`.
+
+    Raises:
+        DecompositionError: the model, or one of its layers, cannot be
+            decomposed; the message names it and what to do.
+        ValueError: `granularity` is not an integer of 1 or more.
+
+    Example:
+        >>> m = keras.applications.InceptionV3(weights=None)
+        >>> d = dlbricks_tf.decompose(m, granularity=3)
+        >>> d.bricks[5].build(batch_size=1)
+    """
+    if isinstance(granularity, bool) or not isinstance(granularity, int):
+        raise ValueError(
+            f"granularity must be an integer. Received: {granularity!r}"
+        )
+    if granularity < 1:
+        raise ValueError(
+            f"granularity must be 1 or more. Received: {granularity}"
+        )
+    source = loading.load(model_or_path)
+    factory = replay.LayerFactory(
+        custom_objects=dict(custom_objects or {}),
+        safe_mode=safe_mode and not source.trusted,
+        live_classes=source.live_classes,
+    )
+    graph = graph_lib.walk(source.entry)
+    if not graph.calls:
+        raise DecompositionError(
+            f"Model '{graph.name}' has no layer calls to decompose."
+        )
+    checked: set[tuple] = set()
+    for c in graph.calls:
+        kind = (
+            c.class_name,
+            c.layer_config.get("module"),
+            c.name if c.class_name == "Lambda" else None,
+        )
+        if kind not in checked:
+            factory.check(c)
+            checked.add(kind)
+    graph = replay.infer_missing_specs(graph, factory)
+    return _bricks(graph, granularity, factory)
+
+
+def _bricks(
+    graph: graph_lib.Graph, granularity: int, factory: replay.LayerFactory
+) -> Decomposition:
+    calls = graph.calls
+    keys = [signature.call_key(c) for c in calls]
+    consumers: list[list[int]] = [[] for _ in graph.specs]
+    for c in calls:
+        for t in c.inputs:
+            consumers[t].append(c.index)
+    model_outputs = set(graph.outputs)
+
+    brick_of_call = [0] * len(calls)
+    bricks = []
+    dependencies = []
+    for number, (begin, end) in enumerate(split.split(graph, granularity)):
+        run = calls[begin:end]
+        inputs: list[int] = []
+        produced: set[int] = set()
+        for c in run:
+            for t in c.inputs:
+                if t not in produced and t not in inputs:
+                    inputs.append(t)
+            produced.update(c.outputs)
+            brick_of_call[c.index] = number
+        outputs = [
+            t
+            for c in run
+            for t in c.outputs
+            if t in model_outputs
+            or not consumers[t]
+            or any(not begin <= u < end for u in consumers[t])
+        ]
+        specs = []
+        for t in inputs:
+            spec = graph.specs[t]
+            if spec is None:
+                reader = next(c for c in run if t in c.inputs)
+                raise DecompositionError(
+                    f"The input shape of layer '{reader.name}' is unknown; "
+                    "give the model a keras.Input with a shape."
+                )
+            specs.append(spec)
+        bricks.append(
+            Brick(
+                layers=tuple(c.name for c in run),
+                signature=signature.brick_signature(
+                    run, keys[begin:end], inputs, specs, outputs
+                ),
+                inputs=tuple(specs),
+                outputs=tuple(graph.specs[t] for t in outputs),
+                class_names=tuple(c.class_name for c in run),
+                input_ids=tuple(inputs),
+                output_ids=tuple(outputs),
+                calls=run,
+                factory=factory,
+            )
+        )
+        dependencies.append(
+            tuple(
+                sorted(
+                    {
+                        brick_of_call[graph.producers[t]]
+                        for t in inputs
+                        if graph.producers[t] >= 0
+                    }
+                )
+            )
+        )
+    return Decomposition(
+        name=graph.name,
+        granularity=granularity,
+        bricks=bricks,
+        dependencies=dependencies,
+        inputs=graph.inputs,
+        outputs=graph.outputs,
+        num_calls=len(calls),
+    )

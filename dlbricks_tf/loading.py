@@ -1,0 +1,176 @@
+"""Reads a model's serialized config from memory or from a file.
+
+Only the config is read: a `.keras` archive's `config.json`, an `.h5` file's
+`model_config` attribute, or a config JSON file. No weight is loaded, so a
+private model's weights never need to leave its file.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import zipfile
+from collections.abc import Mapping
+from typing import Any
+
+import keras
+
+from dlbricks_tf.errors import DecompositionError, LoadError
+
+
+@dataclasses.dataclass(frozen=True)
+class Source:
+    """A model's config and what is known about where it came from.
+
+    Attributes:
+        entry: the serialized model, `{"class_name": ..., "config": {...}}`.
+        live_classes: for a model in memory, each call's class by qualified
+            layer name (empty for files).
+        trusted: the model was in memory, so its code already runs here.
+    """
+
+    entry: dict
+    live_classes: Mapping[str, type]
+    trusted: bool
+
+
+def load(model_or_path: Any) -> Source:
+    """Returns the config of a `keras.Model` or of a model file.
+
+    Args:
+        model_or_path: a Functional or Sequential `keras.Model`, or the path
+            of a `.keras`, `.h5`/`.hdf5` or config `.json` file.
+
+    Raises:
+        LoadError: the file is missing, corrupt or of an unknown kind.
+        DecompositionError: the model has no serializable layer graph.
+    """
+    if isinstance(model_or_path, keras.Model):
+        return _from_model(model_or_path)
+    if isinstance(model_or_path, str | os.PathLike):
+        return Source(_read_file(os.fspath(model_or_path)), {}, False)
+    raise LoadError(
+        f"Cannot decompose an object of type {type(model_or_path).__name__}: "
+        "pass a keras.Model or the path of a .keras, .h5 or .json file."
+    )
+
+
+def _from_model(model: keras.Model) -> Source:
+    try:
+        config = model.get_config()
+    except Exception as e:  # NotImplementedError for subclassed models.
+        raise DecompositionError(
+            f"Model '{model.name}' ({type(model).__name__}) has no config: "
+            "it is a subclassed keras.Model. Rebuild it with the Functional "
+            "API or keras.Sequential."
+        ) from e
+    class_name = (
+        "Sequential" if isinstance(model, keras.Sequential) else "Functional"
+    )
+    if not isinstance(config, dict) or "layers" not in config:
+        raise DecompositionError(
+            f"Model '{model.name}' ({type(model).__name__}) has no layer "
+            "graph in its config: it is a subclassed keras.Model. Rebuild it "
+            "with the Functional API or keras.Sequential."
+        )
+    live: dict[str, type] = {}
+    _collect_classes(model, "", live)
+    return Source({"class_name": class_name, "config": config}, live, True)
+
+
+def _collect_classes(model: keras.Model, prefix: str, out: dict) -> None:
+    operations = (
+        model.layers
+        if isinstance(model, keras.Sequential)
+        else model.operations
+    )
+    for op in operations:
+        name = prefix + op.name
+        if isinstance(op, keras.Sequential) or (
+            isinstance(op, keras.Model) and hasattr(op, "operations")
+        ):
+            _collect_classes(op, name + "/", out)
+        else:
+            out[name] = type(op)
+
+
+def _read_file(path: str) -> dict:
+    if not os.path.exists(path):
+        raise LoadError(f"Model file '{path}' does not exist.")
+    suffix = os.path.splitext(path)[1].lower()
+    if suffix == ".keras":
+        return _read_keras(path)
+    if suffix in (".h5", ".hdf5"):
+        return _read_h5(path)
+    if suffix == ".json":
+        return _read_json(path)
+    raise LoadError(
+        f"Model file '{path}' has an unknown extension {suffix!r}: use a "
+        ".keras archive, an .h5 file or a model-config .json file."
+    )
+
+
+def _read_keras(path: str) -> dict:
+    try:
+        with zipfile.ZipFile(path) as archive:
+            text = archive.read("config.json")
+    except (zipfile.BadZipFile, KeyError, OSError) as e:
+        raise LoadError(
+            f"Model file '{path}' is not a readable .keras archive "
+            f"(truncated or corrupt: {e}); save it again with model.save()."
+        ) from e
+    return _parse(text, path)
+
+
+def _read_h5(path: str) -> dict:
+    import h5py  # Only .h5 files need it.
+
+    try:
+        with h5py.File(path, "r") as f:
+            text = f.attrs.get("model_config")
+    except OSError as e:
+        raise LoadError(
+            f"Model file '{path}' is not a readable HDF5 file (truncated or "
+            "corrupt); save it again with model.save()."
+        ) from e
+    if text is None:
+        raise LoadError(
+            f"Model file '{path}' holds no model config (weights only?); "
+            "save the whole model with model.save('model.h5')."
+        )
+    return _parse(text, path)
+
+
+def _read_json(path: str) -> dict:
+    try:
+        with open(path, "rb") as f:
+            text = f.read()
+    except OSError as e:
+        raise LoadError(f"Model file '{path}' cannot be read: {e}.") from e
+    return _parse(text, path)
+
+
+def _parse(text: str | bytes, path: str) -> dict:
+    if isinstance(text, bytes):
+        text = text.decode("utf-8", errors="replace")
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError as e:
+        raise LoadError(
+            f"Model file '{path}' holds malformed JSON ({e}); export the "
+            "config again with model.to_json()."
+        ) from e
+    if not isinstance(data, dict):
+        raise LoadError(
+            f"Model file '{path}' does not hold a Keras model config."
+        )
+    if "class_name" in data and isinstance(data.get("config"), dict):
+        return data
+    if isinstance(data.get("layers"), list):
+        kind = "Functional" if "input_layers" in data else "Sequential"
+        return {"class_name": kind, "config": data}
+    raise LoadError(
+        f"Model file '{path}' does not hold a Keras model config (no "
+        "'class_name'/'config' or 'layers'); export it with model.to_json()."
+    )
