@@ -15,6 +15,9 @@ from collections.abc import Mapping
 from typing import Any
 
 import keras
+from keras.src.models import functional as functional_lib
+from keras.src.ops import function as function_lib
+from keras.src.saving import serialization_lib
 
 from dlbricks_tf.errors import DecompositionError, LoadError
 
@@ -56,9 +59,61 @@ def load(model_or_path: Any) -> Source:
     )
 
 
+def model_config(model: keras.Model) -> dict:
+    """`model.get_config()`, faster for a plain Functional model.
+
+    Keras's `Functional.get_config` ends with a deep copy of the whole
+    config, about a third of its time; the walk only reads the config, so
+    for a plain Functional model this builds the same config, the same way,
+    without that copy. Anything else goes through `get_config()`.
+    """
+    if type(model) is not functional_lib.Functional:
+        return model.get_config()
+    own_nodes = model._nodes  # noqa: SLF001
+    reindex = {}
+    for operation in model.operations:
+        kept = 1 if isinstance(operation, functional_lib.Functional) else 0
+        for index, _ in enumerate(operation._inbound_nodes):  # noqa: SLF001
+            key = function_lib.make_node_key(operation, index)
+            if key in own_nodes:
+                reindex[key] = kept
+                kept += 1
+    layers = []
+    for operation in model.operations:
+        nodes = []
+        for index, node in enumerate(operation._inbound_nodes):  # noqa: SLF001
+            if function_lib.make_node_key(operation, index) in own_nodes:
+                data = functional_lib.serialize_node(node, own_nodes=own_nodes)
+                if data is not None:
+                    nodes.append(data)
+        entry = serialization_lib.serialize_keras_object(operation)
+        entry["name"] = operation.name
+        entry["inbound_nodes"] = nodes
+        layers.append(entry)
+
+    def tensor_config(tensor):
+        operation, node_index, tensor_index = tensor._keras_history  # noqa: SLF001
+        key = function_lib.make_node_key(operation, node_index)
+        return [operation.name, reindex[key], tensor_index]
+
+    return {
+        "name": model.name,
+        "trainable": model.trainable,
+        "layers": layers,
+        "input_layers": keras.tree.map_structure(
+            tensor_config,
+            model._inputs_struct,  # noqa: SLF001
+        ),
+        "output_layers": keras.tree.map_structure(
+            tensor_config,
+            model._outputs_struct,  # noqa: SLF001
+        ),
+    }
+
+
 def _from_model(model: keras.Model) -> Source:
     try:
-        config = model.get_config()
+        config = model_config(model)
     except Exception as e:  # NotImplementedError for subclassed models.
         raise DecompositionError(
             f"Model '{model.name}' ({type(model).__name__}) has no config: "

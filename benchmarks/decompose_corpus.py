@@ -1,0 +1,191 @@
+"""Decomposes keras.applications at G = 1..6: repetition and speed figures.
+
+The paper's motivating analysis ("10,815 layers, only 1,529 unique (14%)"
+over 50 MXNet models) on our corpus, plus the cost of decomposing: for every
+model and G, the time `dlbricks_tf.decompose` takes over the time Keras
+takes to construct the same model, both measured in this run.
+
+    python benchmarks/decompose_corpus.py             # all 40, G = 1..6
+    python benchmarks/decompose_corpus.py --models=ResNet50,VGG16 --g=1,3
+
+Prints a per-model table and a per-G corpus table; writes them as JSON
+with --json_out.
+"""
+
+from __future__ import annotations
+
+import gc
+import json
+import math
+import os
+import sys
+import time
+
+from absl import app, flags
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+from dlbricks_tf import corpus, decompose  # noqa: E402
+
+_MODELS = flags.DEFINE_list(
+    "models", list(corpus.APPLICATIONS), "keras.applications names."
+)
+_G = flags.DEFINE_list("g", ["1", "2", "3", "4", "5", "6"], "Granularities.")
+_REPEATS = flags.DEFINE_integer(
+    "repeats",
+    3,
+    "Timed decompositions per model and G (the minimum counts).",
+    lower_bound=1,
+)
+_CONSTRUCTIONS = flags.DEFINE_integer(
+    "constructions",
+    2,
+    "Timed constructions per model (the minimum counts).",
+    lower_bound=1,
+)
+_JSON_OUT = flags.DEFINE_string("json_out", None, "Write the figures here.")
+
+
+def _timed(fn):
+    gc.collect()  # A collection inside the timed region measures the GC.
+    start = time.perf_counter()
+    result = fn()
+    return result, time.perf_counter() - start
+
+
+def _model_figures(name: str, granularities: list[int]) -> dict:
+    construct_s = math.inf
+    model = None
+    for _ in range(_CONSTRUCTIONS.value):
+        del model
+        model, seconds = _timed(lambda: corpus.application(name))
+        construct_s = min(construct_s, seconds)
+    rows = []
+    for g in granularities:
+        best = math.inf
+        for _ in range(_REPEATS.value):
+            d, seconds = _timed(lambda g=g: decompose(model, granularity=g))
+            best = min(best, seconds)
+        signatures = [b.signature for b in d.bricks]
+        rows.append(
+            {
+                "granularity": g,
+                "bricks": len(d.bricks),
+                "unique": len(set(signatures)),
+                "signatures": sorted(set(signatures)),
+                "decompose_s": best,
+                "ratio": best / construct_s,
+            }
+        )
+    return {
+        "model": name,
+        "calls": d.num_calls,
+        "construct_s": construct_s,
+        "per_g": rows,
+    }
+
+
+def _linear_fit(xs: list[float], ys: list[float]) -> tuple[float, float]:
+    """Slope through the origin and R^2 of y = slope * x."""
+    slope = sum(x * y for x, y in zip(xs, ys, strict=True)) / sum(
+        x * x for x in xs
+    )
+    mean = sum(ys) / len(ys)
+    total = sum((y - mean) ** 2 for y in ys)
+    residual = sum((y - slope * x) ** 2 for x, y in zip(xs, ys, strict=True))
+    return slope, 1 - residual / total if total else 1.0
+
+
+def main(argv):
+    del argv
+    granularities = [int(g) for g in _G.value]
+    # Pay TensorFlow's one-time start-up before anything is timed.
+    corpus.application("MobileNetV3Small")
+    figures = []
+    for i, name in enumerate(_MODELS.value, 1):
+        f = _model_figures(name, granularities)
+        figures.append(f)
+        g1 = f["per_g"][0]
+        print(
+            f"[{i}/{len(_MODELS.value)}] {name}: {f['calls']} calls, "
+            f"{g1['unique']} unique at G={g1['granularity']}, construct "
+            f"{f['construct_s']:.2f} s, decompose at most "
+            f"{max(r['ratio'] for r in f['per_g']):.1%} of it",
+            flush=True,
+        )
+
+    print("\nPer model (bricks / unique bricks at each G; decompose time as")
+    print("a share of Keras's construction time, the largest over G):\n")
+    head = " | ".join(f"G={g}" for g in granularities)
+    print(
+        f"| model | calls | unique calls (G=1) | % unique | {head} | "
+        "construct s | decompose/construct (max over G) |"
+    )
+    print("|---|---:|---:|---:|" + "---:|" * len(granularities) + "---:|---:|")
+    for f in figures:
+        g1 = f["per_g"][0]
+        cells = " | ".join(f"{r['bricks']}/{r['unique']}" for r in f["per_g"])
+        print(
+            f"| {f['model']} | {f['calls']} | {g1['unique']} | "
+            f"{100 * g1['unique'] / f['calls']:.1f}% | {cells} | "
+            f"{f['construct_s']:.2f} | "
+            f"{max(r['ratio'] for r in f['per_g']):.2%} |"
+        )
+
+    print("\nCorpus (unique = distinct signatures across all models):\n")
+    print(
+        "| G | calls | bricks | unique bricks | % unique | "
+        "decompose/construct max | geomean |"
+    )
+    print("|---:|---:|---:|---:|---:|---:|---:|")
+    total_calls = sum(f["calls"] for f in figures)
+    corpus_rows = []
+    for k, g in enumerate(granularities):
+        rows = [f["per_g"][k] for f in figures]
+        unique = set().union(*(r["signatures"] for r in rows))
+        bricks = sum(r["bricks"] for r in rows)
+        ratios = [r["ratio"] for r in rows]
+        geomean = math.exp(sum(math.log(r) for r in ratios) / len(ratios))
+        corpus_rows.append(
+            {
+                "granularity": g,
+                "calls": total_calls,
+                "bricks": bricks,
+                "unique": len(unique),
+                "max_ratio": max(ratios),
+                "geomean_ratio": geomean,
+            }
+        )
+        print(
+            f"| {g} | {total_calls} | {bricks} | {len(unique)} | "
+            f"{100 * len(unique) / bricks:.1f}% | {max(ratios):.2%} | "
+            f"{geomean:.2%} |"
+        )
+
+    calls = [f["calls"] for f in figures for _ in f["per_g"]]
+    seconds = [r["decompose_s"] for f in figures for r in f["per_g"]]
+    slope, r2 = _linear_fit(calls, seconds)
+    print(
+        f"\nDecompose time vs layer calls: {1e6 * slope:.0f} us per call, "
+        f"R^2 = {r2:.3f} for a line through the origin "
+        f"({len(calls)} model x G points)."
+    )
+    if _JSON_OUT.value:
+        for f in figures:
+            for r in f["per_g"]:
+                r.pop("signatures")
+        with open(_JSON_OUT.value, "w") as out:
+            json.dump(
+                {
+                    "models": figures,
+                    "corpus": corpus_rows,
+                    "us_per_call": 1e6 * slope,
+                    "r2": r2,
+                },
+                out,
+                indent=1,
+            )
+
+
+if __name__ == "__main__":
+    app.run(main)

@@ -1,0 +1,91 @@
+"""The default corpora: `keras.applications` architectures, no weights.
+
+Every model is built with `weights=None`, so nothing is downloaded.
+"""
+
+from __future__ import annotations
+
+import keras
+
+from dlbricks_tf.errors import Error
+
+# The 40 architectures of keras.applications (Keras 3.15).
+APPLICATIONS = (
+    "ConvNeXtBase",
+    "ConvNeXtLarge",
+    "ConvNeXtSmall",
+    "ConvNeXtTiny",
+    "ConvNeXtXLarge",
+    "DenseNet121",
+    "DenseNet169",
+    "DenseNet201",
+    "EfficientNetB0",
+    "EfficientNetB1",
+    "EfficientNetB2",
+    "EfficientNetB3",
+    "EfficientNetB4",
+    "EfficientNetB5",
+    "EfficientNetB6",
+    "EfficientNetB7",
+    "EfficientNetV2B0",
+    "EfficientNetV2B1",
+    "EfficientNetV2B2",
+    "EfficientNetV2B3",
+    "EfficientNetV2L",
+    "EfficientNetV2M",
+    "EfficientNetV2S",
+    "InceptionResNetV2",
+    "InceptionV3",
+    "MobileNet",
+    "MobileNetV2",
+    "MobileNetV3Large",
+    "MobileNetV3Small",
+    "NASNetLarge",
+    "NASNetMobile",
+    "ResNet101",
+    "ResNet101V2",
+    "ResNet152",
+    "ResNet152V2",
+    "ResNet50",
+    "ResNet50V2",
+    "VGG16",
+    "VGG19",
+    "Xception",
+)
+
+# One model per family, for figures that time every model (benchmarks and
+# the default `run`): VGG, ResNet, ResNetV2, Inception, Xception, MobileNet
+# v1/v2/v3, DenseNet, EfficientNet v1/v2, ConvNeXt, NASNet.
+FAMILIES = (
+    "VGG16",
+    "ResNet50",
+    "ResNet50V2",
+    "InceptionV3",
+    "Xception",
+    "MobileNet",
+    "MobileNetV2",
+    "MobileNetV3Small",
+    "DenseNet121",
+    "EfficientNetB0",
+    "EfficientNetV2B0",
+    "ConvNeXtTiny",
+    "NASNetMobile",
+)
+
+
+class UnknownModelError(Error):
+    """A model name that is not a keras.applications architecture."""
+
+
+def application(name: str) -> keras.Model:
+    """Builds the `keras.applications` architecture `name`, `weights=None`.
+
+    Raises:
+        UnknownModelError: `name` is not one of `APPLICATIONS`.
+    """
+    if name not in APPLICATIONS:
+        raise UnknownModelError(
+            f"Unknown model {name!r}: use a keras.applications name such as "
+            f"ResNet50 (all: {', '.join(APPLICATIONS)}) or a model file path."
+        )
+    return getattr(keras.applications, name)(weights=None)
