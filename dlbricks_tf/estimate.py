@@ -1,0 +1,187 @@
+"""Rebuild a model's latency from the timings of its bricks.
+
+`sequential` (the default) adds up every brick of the model, each
+occurrence counted, since TensorFlow on CPU runs layers one after another.
+`parallel` takes the longest path through the brick DAG, the latency if
+independent branches ran at the same time. A brick without a timing is an
+error that names every missing signature; nothing is dropped silently.
+
+The uncertainty is carried by bounds: the estimate built from the bricks'
+CI lows and from their CI highs (both sums and longest paths are monotone
+in the brick times). Summing bounds is conservative: it assumes every brick
+errs the same way at once.
+
+Example:
+    est = estimate(decomposition, store.results(settings, fp))
+    est.ms, est.low_ms, est.high_ms
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping, Sequence
+from typing import Any, Protocol
+
+from dlbricks_tf import errors
+from dlbricks_tf.stats import Timing
+
+MODES = ("sequential", "parallel")
+
+
+class MissingResultsError(errors.Error):
+    """Some bricks of a model have no timing."""
+
+    def __init__(self, model: str, signatures: Sequence[str]) -> None:
+        self.model = model
+        self.signatures = tuple(signatures)
+        shown = ", ".join(self.signatures[:10])
+        more = len(self.signatures) - 10
+        super().__init__(
+            f"Model {model!r}: {len(self.signatures)} brick(s) have no "
+            f"timing: {shown}{f' (+{more} more)' if more > 0 else ''}. "
+            "Time them first (they are listed by Store.missing)."
+        )
+
+
+class _Decomposition(Protocol):
+    name: str
+    bricks: list[Any]
+    dependencies: list[tuple[int, ...]]
+
+
+@dataclasses.dataclass(frozen=True)
+class Estimate:
+    """A model latency rebuilt from its bricks.
+
+    Attributes:
+        model: Model name.
+        mode: "sequential" or "parallel".
+        ms: Estimate from the bricks' medians.
+        low_ms: Estimate from the bricks' CI lows.
+        high_ms: Estimate from the bricks' CI highs.
+        bricks: Bricks of the model (repeats included).
+        noisy: Whether any brick's timing is flagged noisy.
+        noisy_signatures: The noisy bricks' signatures, unique, in order.
+    """
+
+    model: str
+    mode: str
+    ms: float
+    low_ms: float
+    high_ms: float
+    bricks: int
+    noisy: bool
+    noisy_signatures: tuple[str, ...] = ()
+
+    @property
+    def relative_uncertainty(self) -> float:
+        """Largest distance from `ms` to a bound, over `ms`."""
+        if self.ms <= 0:
+            return float("inf")
+        return max(self.ms - self.low_ms, self.high_ms - self.ms) / self.ms
+
+
+def estimate(
+    decomposition: _Decomposition,
+    results: Mapping[str, Timing],
+    mode: str = "sequential",
+    *,
+    call_overhead_ms: float = 0.0,
+) -> Estimate:
+    """Estimates a model's latency from its bricks' timings.
+
+    Args:
+        decomposition: The model's decomposition (`name`, `bricks` with
+            `signature`, and `dependencies`).
+        results: {signature: timing}, e.g. `Store.results(settings, fp)`.
+        mode: "sequential" (sum over all bricks) or "parallel" (longest
+            path through the brick DAG).
+        call_overhead_ms: Added once: what a whole model pays per call
+            beyond its layers. Brick and model timings exclude the
+            `tf.function` dispatch (see `dlbricks_tf.timing`); pass a
+            measured dispatch (`Timing.dispatch_ms`) to estimate the latency
+            of one `model(x)` call as a user sees it.
+
+    Returns:
+        The estimate with its bounds.
+
+    Raises:
+        ValueError: For an unknown mode or inconsistent dependencies.
+        MissingResultsError: If any brick has no timing.
+    """
+    if mode not in MODES:
+        raise ValueError(f"mode must be one of {MODES}. Received: {mode!r}")
+    signatures = [b.signature for b in decomposition.bricks]
+    missing = [s for s in dict.fromkeys(signatures) if s not in results]
+    if missing:
+        raise MissingResultsError(decomposition.name, missing)
+    timings = [results[s] for s in signatures]
+    if mode == "sequential":
+        combine = _sequential
+    else:
+        deps = decomposition.dependencies
+        if len(deps) != len(signatures):
+            raise ValueError(
+                f"Model {decomposition.name!r} has {len(signatures)} bricks "
+                f"but {len(deps)} dependency entries."
+            )
+
+        def combine(values: Sequence[float]) -> float:
+            return _longest_path(values, deps)
+
+    noisy = tuple(
+        dict.fromkeys(
+            s for s, t in zip(signatures, timings, strict=True) if t.noisy
+        )
+    )
+    return Estimate(
+        model=decomposition.name,
+        mode=mode,
+        ms=combine([t.median_ms for t in timings]) + call_overhead_ms,
+        low_ms=combine([t.ci_low_ms for t in timings]) + call_overhead_ms,
+        high_ms=combine([t.ci_high_ms for t in timings]) + call_overhead_ms,
+        bricks=len(signatures),
+        noisy=bool(noisy),
+        noisy_signatures=noisy,
+    )
+
+
+def _sequential(values: Sequence[float]) -> float:
+    return float(sum(values))
+
+
+def _longest_path(
+    values: Sequence[float], dependencies: Sequence[Sequence[int]]
+) -> float:
+    """Longest (heaviest) path through a DAG given in topological order."""
+    finish: list[float] = []
+    for i, (value, deps) in enumerate(zip(values, dependencies, strict=True)):
+        for d in deps:
+            if not 0 <= d < i:
+                raise ValueError(
+                    f"Brick {i} depends on brick {d}; dependencies must "
+                    "point to earlier bricks (topological order)."
+                )
+        start = max((finish[d] for d in deps), default=0.0)
+        finish.append(start + value)
+    return max(finish, default=0.0)
+
+
+def speedup(
+    end_to_end_ms: Mapping[str, float],
+    unique_brick_ms: Mapping[str, float],
+) -> float:
+    """The paper's speed-up: sum of model latencies / sum of unique bricks.
+
+    Args:
+        end_to_end_ms: {model: measured latency}.
+        unique_brick_ms: {signature: latency} of the suite's unique bricks.
+
+    Returns:
+        How many times less time one pass over the unique bricks takes than
+        one pass over the whole models.
+    """
+    bricks = sum(unique_brick_ms.values())
+    if bricks <= 0:
+        raise ValueError("Unique brick latencies must sum to more than 0.")
+    return sum(end_to_end_ms.values()) / bricks

@@ -1,0 +1,112 @@
+"""System fingerprint: what identifies the machine a timing was taken on.
+
+Every stored result carries the short id of a `SystemFingerprint`, so
+results from several machines (or software stacks) can sit side by side in
+one store. Versions are read from package metadata, so taking a fingerprint
+does not import TensorFlow.
+
+Example:
+    fp = system_fingerprint()
+    fp.id  # e.g. '3f9a0c1b2d4e'
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import os
+import platform
+from collections.abc import Mapping
+from importlib import metadata
+from typing import Any
+
+from dlbricks_tf import settings as settings_lib
+
+_ID_LENGTH = 12
+
+
+@dataclasses.dataclass(frozen=True)
+class SystemFingerprint:
+    """The machine and software stack behind a timing.
+
+    Attributes:
+        cpu_model: CPU model name, e.g. "AMD EPYC".
+        physical_cores: Physical cores usable by the process.
+        logical_cpus: Logical CPUs of the machine.
+        os: Operating system and kernel, e.g. "Linux-6.1.0-x86_64".
+        machine: CPU architecture, e.g. "x86_64".
+        python: Python version.
+        tensorflow: TensorFlow version, "" if not installed.
+        keras: Keras version, "" if not installed.
+        onnxruntime: ONNX Runtime version, "" if not installed.
+        onednn: Whether TensorFlow's oneDNN optimisations are on.
+    """
+
+    cpu_model: str
+    physical_cores: int
+    logical_cpus: int
+    os: str
+    machine: str
+    python: str
+    tensorflow: str
+    keras: str
+    onnxruntime: str
+    onednn: bool
+
+    @property
+    def id(self) -> str:
+        """A short, stable hash of all fields."""
+        digest = hashlib.sha256(self.to_json().encode("utf-8")).hexdigest()
+        return digest[:_ID_LENGTH]
+
+    def to_dict(self) -> dict[str, Any]:
+        """Returns the fields as a JSON-serialisable dict."""
+        return dataclasses.asdict(self)
+
+    def to_json(self) -> str:
+        """Returns canonical JSON (sorted keys, no spaces) of the fields."""
+        return json.dumps(self.to_dict(), sort_keys=True, separators=(",", ":"))
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> SystemFingerprint:
+        """Builds a fingerprint from `to_dict` output."""
+        return cls(**dict(data))
+
+
+def cpu_model(cpuinfo_path: str = "/proc/cpuinfo") -> str:
+    """Returns the CPU model name, or `platform.processor()` as a fallback."""
+    try:
+        with open(cpuinfo_path, encoding="utf-8") as f:
+            for line in f:
+                key, _, value = line.partition(":")
+                if key.strip() in ("model name", "Model", "cpu model"):
+                    if value.strip():
+                        return " ".join(value.split())
+    except OSError:
+        pass
+    return platform.processor() or platform.machine() or "unknown"
+
+
+def _version(distribution: str) -> str:
+    try:
+        return metadata.version(distribution)
+    except metadata.PackageNotFoundError:
+        return ""
+
+
+def system_fingerprint() -> SystemFingerprint:
+    """Returns the fingerprint of this machine and process environment."""
+    tensorflow = _version("tensorflow") or _version("tensorflow-cpu")
+    return SystemFingerprint(
+        cpu_model=cpu_model(),
+        physical_cores=settings_lib.physical_cores(),
+        logical_cpus=os.cpu_count() or 1,
+        os=f"{platform.system()}-{platform.release()}",
+        machine=platform.machine(),
+        python=platform.python_version(),
+        tensorflow=tensorflow,
+        keras=_version("keras"),
+        onnxruntime=_version("onnxruntime"),
+        onednn=settings_lib.onednn_enabled(),
+    )

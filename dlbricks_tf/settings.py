@@ -1,0 +1,226 @@
+"""Run settings: everything besides the machine that changes a timing.
+
+`RunSettings` is recorded with every result and keys it in the store.
+`configure_threads` fixes TensorFlow's thread pools; it must run before
+TensorFlow executes its first op (building a Keras model counts), so a
+command-line tool calls it first thing in `main`.
+
+Example:
+    settings = RunSettings.default(batch_size=1)
+    configure_threads(settings.intra_op_threads, settings.inter_op_threads)
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import platform
+from collections.abc import Mapping
+from typing import Any
+
+from dlbricks_tf import errors
+
+BACKENDS = ("tf", "onnxruntime")
+
+
+class ThreadPoolError(errors.Error):
+    """TensorFlow's thread pools are already fixed to other sizes."""
+
+
+@dataclasses.dataclass(frozen=True)
+class RunSettings:
+    """How a timing was taken.
+
+    Attributes:
+        batch_size: Batch dimension of the synthetic inputs.
+        intra_op_threads: Threads one op may use.
+        inter_op_threads: Ops that may run at the same time.
+        backend: "tf" or "onnxruntime".
+        onednn: Whether oneDNN's optimised kernels were on.
+        jit_compile: Whether the `tf.function` was compiled with XLA.
+    """
+
+    batch_size: int
+    intra_op_threads: int
+    inter_op_threads: int
+    backend: str = "tf"
+    onednn: bool = True
+    jit_compile: bool = False
+
+    def __post_init__(self) -> None:
+        for name in ("batch_size", "intra_op_threads", "inter_op_threads"):
+            value = getattr(self, name)
+            if not isinstance(value, int) or value < 1:
+                raise ValueError(
+                    f"{name} must be a positive int. Received: {name}={value!r}"
+                )
+        if self.backend not in BACKENDS:
+            raise ValueError(
+                f"backend must be one of {BACKENDS}. "
+                f"Received: backend={self.backend!r}"
+            )
+
+    def key(self) -> str:
+        """Returns a stable, readable key, e.g. 'tf-b1-t2x1-onednn1-jit0'."""
+        return (
+            f"{self.backend}-b{self.batch_size}"
+            f"-t{self.intra_op_threads}x{self.inter_op_threads}"
+            f"-onednn{int(self.onednn)}-jit{int(self.jit_compile)}"
+        )
+
+    def to_dict(self) -> dict[str, Any]:
+        """Returns the fields as a JSON-serialisable dict."""
+        return dataclasses.asdict(self)
+
+    def to_json(self) -> str:
+        """Returns canonical JSON (sorted keys) of the fields."""
+        return json.dumps(self.to_dict(), sort_keys=True)
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> RunSettings:
+        """Builds settings from `to_dict` output."""
+        return cls(**dict(data))
+
+    @classmethod
+    def default(
+        cls,
+        batch_size: int = 1,
+        *,
+        intra_op_threads: int | None = None,
+        inter_op_threads: int = 1,
+        backend: str = "tf",
+        jit_compile: bool = False,
+    ) -> RunSettings:
+        """Returns this machine's defaults: intra = physical cores, inter = 1.
+
+        The oneDNN flag is read from the environment (`onednn_enabled`).
+        """
+        return cls(
+            batch_size=batch_size,
+            intra_op_threads=intra_op_threads or physical_cores(),
+            inter_op_threads=inter_op_threads,
+            backend=backend,
+            onednn=onednn_enabled(),
+            jit_compile=jit_compile,
+        )
+
+
+def physical_cores() -> int:
+    """Returns the physical cores this process may run on (at least 1).
+
+    Counts distinct (physical id, core id) pairs in /proc/cpuinfo, capped by
+    the CPUs the process is allowed to use; falls back to `os.cpu_count()`.
+    """
+    try:
+        usable = len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        usable = os.cpu_count() or 1
+    cores = set()
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8") as f:
+            physical = core = None
+            for line in f:
+                key, _, value = line.partition(":")
+                key = key.strip()
+                if key == "physical id":
+                    physical = value.strip()
+                elif key == "core id":
+                    core = value.strip()
+                elif not line.strip():
+                    if core is not None:
+                        cores.add((physical, core))
+                    physical = core = None
+            if core is not None:
+                cores.add((physical, core))
+    except OSError:
+        pass
+    return max(1, min(len(cores) or usable, usable))
+
+
+def onednn_enabled(environ: Mapping[str, str] | None = None) -> bool:
+    """Whether TensorFlow's oneDNN optimisations are on.
+
+    TensorFlow reads `TF_ENABLE_ONEDNN_OPTS` once at start-up; unset means
+    on for x86 CPUs and off elsewhere.
+
+    Args:
+        environ: Environment to read; `os.environ` by default.
+
+    Returns:
+        The flag.
+    """
+    env = os.environ if environ is None else environ
+    value = env.get("TF_ENABLE_ONEDNN_OPTS")
+    if value is None or not value.strip():
+        return platform.machine().lower() in ("x86_64", "amd64", "i386", "i686")
+    return value.strip().lower() not in ("0", "false", "off", "no")
+
+
+def configure_threads(intra: int, inter: int = 1) -> None:
+    """Fixes TensorFlow's intra- and inter-op thread pools.
+
+    Must be called before TensorFlow runs its first op: TensorFlow ignores
+    `OMP_NUM_THREADS` and refuses new pool sizes once initialised. Calling
+    it again with the sizes already in force is a no-op.
+
+    Args:
+        intra: Threads one op may use, at least 1.
+        inter: Ops that may run at the same time, at least 1.
+
+    Raises:
+        ValueError: If a size is not a positive int.
+        ThreadPoolError: If TensorFlow already runs with other pool sizes.
+    """
+    for name, value in (("intra", intra), ("inter", inter)):
+        if not isinstance(value, int) or value < 1:
+            raise ValueError(
+                f"{name} must be a positive int. Received: {name}={value!r}"
+            )
+    import tensorflow as tf  # Lazy: importing this module must stay cheap.
+
+    threading = tf.config.threading
+    current = (
+        threading.get_intra_op_parallelism_threads(),
+        threading.get_inter_op_parallelism_threads(),
+    )
+    if current == (intra, inter):
+        return
+    try:
+        threading.set_intra_op_parallelism_threads(intra)
+        threading.set_inter_op_parallelism_threads(inter)
+    except RuntimeError as e:
+        raise ThreadPoolError(
+            f"TensorFlow is already initialised with intra={current[0]}, "
+            f"inter={current[1]} threads (0 means TensorFlow's default); "
+            f"cannot switch to intra={intra}, inter={inter}. Call "
+            "configure_threads() before building any model or running any "
+            "op, or run in a fresh process."
+        ) from e
+
+
+def check_threads(settings: RunSettings) -> None:
+    """Raises unless TensorFlow's thread pools match `settings`.
+
+    Args:
+        settings: The settings a timing is about to be recorded under.
+
+    Raises:
+        ThreadPoolError: If the configured pool sizes differ (including when
+            they were never configured).
+    """
+    import tensorflow as tf
+
+    threading = tf.config.threading
+    current = (
+        threading.get_intra_op_parallelism_threads(),
+        threading.get_inter_op_parallelism_threads(),
+    )
+    wanted = (settings.intra_op_threads, settings.inter_op_threads)
+    if current != wanted:
+        raise ThreadPoolError(
+            f"TensorFlow runs with intra={current[0]}, inter={current[1]} "
+            f"threads (0 means unset) but the settings say intra={wanted[0]},"
+            f" inter={wanted[1]}. Call configure_threads({wanted[0]}, "
+            f"{wanted[1]}) before TensorFlow runs its first op."
+        )

@@ -1,0 +1,219 @@
+"""Robust summary statistics of latency samples.
+
+A timing is summarised by statistics that resist the outliers of a shared,
+noisy machine: the median with a distribution-free confidence interval
+(order statistics of the binomial distribution, no normality assumed), the
+20%-trimmed mean, and the extremes. Repeats stop once the interval is
+narrow enough relative to the median (`is_settled`); a result that never
+gets there is flagged `noisy`.
+
+This module is pure Python so the store and the estimate can use `Timing`
+without importing TensorFlow.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+# Two-sided confidence level of the median's interval.
+CONFIDENCE = 0.95
+# Fewer samples than this give an interval too wide to mean anything.
+MIN_SAMPLES = 5
+TRIM = 0.2
+
+
+@dataclasses.dataclass(frozen=True)
+class Timing:
+    """Summary of the latency samples of one model or brick.
+
+    All times are milliseconds per call (per model invocation), after the
+    per-sample dispatch overhead has been removed (see `dlbricks_tf.timing`).
+
+    Attributes:
+        min_ms: Fastest sample.
+        median_ms: Median sample: the figure estimates are built from.
+        trimmed_mean_ms: Mean of the samples without the lowest and highest
+            20%.
+        max_ms: Slowest sample.
+        samples: Number of samples.
+        ci_low_ms: Lower bound of the median's 95% confidence interval.
+        ci_high_ms: Upper bound of the median's 95% confidence interval.
+        noisy: True if the interval never got below the requested relative
+            precision before the sampling cap.
+        calls_per_sample: Model calls timed together in one sample (K).
+        dispatch_ms: Per-sample overhead (one `tf.function` call) measured
+            and subtracted before dividing by `calls_per_sample`.
+        loop_overhead_ms: Per-call cost of the timing loop's machinery,
+            measured on an empty model and subtracted.
+    """
+
+    min_ms: float
+    median_ms: float
+    trimmed_mean_ms: float
+    max_ms: float
+    samples: int
+    ci_low_ms: float
+    ci_high_ms: float
+    noisy: bool
+    calls_per_sample: int = 1
+    dispatch_ms: float = 0.0
+    loop_overhead_ms: float = 0.0
+
+    @property
+    def relative_precision(self) -> float:
+        """Largest distance from the median to a CI bound, over the median."""
+        return relative_half_width(
+            self.median_ms, self.ci_low_ms, self.ci_high_ms
+        )
+
+    def to_dict(self) -> dict[str, Any]:
+        """Returns the fields as a JSON-serialisable dict."""
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> Timing:
+        """Builds a `Timing` from `to_dict` output (extra keys ignored)."""
+        names = {f.name for f in dataclasses.fields(cls)}
+        values = {k: v for k, v in data.items() if k in names}
+        values["noisy"] = bool(values["noisy"])
+        values["samples"] = int(values["samples"])
+        values["calls_per_sample"] = int(values.get("calls_per_sample", 1))
+        return cls(**values)
+
+
+def relative_half_width(median: float, low: float, high: float) -> float:
+    """Returns max(median - low, high - median) / median (inf if median 0)."""
+    if median <= 0:
+        return math.inf
+    return max(median - low, high - median) / median
+
+
+def median_ci_ranks(n: int, confidence: float = CONFIDENCE) -> tuple[int, int]:
+    """Returns 0-based ranks (lo, hi) bracketing the median of n samples.
+
+    The interval [x_(lo), x_(hi)] of the sorted samples covers the true
+    median with probability at least `confidence`, whatever the
+    distribution (the number of samples below the median is
+    Binomial(n, 1/2)). For very small n the whole range is returned.
+
+    Args:
+        n: Number of samples, at least 1.
+        confidence: Two-sided coverage, in (0, 1).
+
+    Returns:
+        A pair of indices into the sorted samples.
+    """
+    if n < 1:
+        raise ValueError(f"Need at least one sample. Received: n={n}")
+    alpha = (1.0 - confidence) / 2.0
+    # Largest j with P(B <= j - 1) <= alpha; the interval is
+    # [x_(j), x_(n + 1 - j)] in 1-based ranks.
+    log_half_n = n * math.log(0.5)
+    cdf = 0.0
+    j = 0
+    for k in range(n):
+        pmf = math.exp(
+            math.lgamma(n + 1)
+            - math.lgamma(k + 1)
+            - math.lgamma(n - k + 1)
+            + log_half_n
+        )
+        if cdf + pmf > alpha:
+            break
+        cdf += pmf
+        j = k + 1
+    if j == 0:
+        return 0, n - 1
+    return j - 1, n - j
+
+
+def trimmed_mean(values: Sequence[float], trim: float = TRIM) -> float:
+    """Returns the mean without the lowest and highest `trim` fraction."""
+    ordered = sorted(values)
+    cut = int(len(ordered) * trim)
+    kept = ordered[cut : len(ordered) - cut] or ordered
+    return sum(kept) / len(kept)
+
+
+def median(values: Sequence[float]) -> float:
+    """Returns the median of a non-empty sequence."""
+    ordered = sorted(values)
+    n = len(ordered)
+    mid = n // 2
+    if n % 2:
+        return ordered[mid]
+    return (ordered[mid - 1] + ordered[mid]) / 2.0
+
+
+def is_settled(
+    samples_ms: Sequence[float],
+    precision: float,
+    min_samples: int = MIN_SAMPLES,
+    absolute_ms: float = 0.0,
+) -> bool:
+    """True if the median's CI half-width is within `precision` of it.
+
+    Args:
+        samples_ms: Samples so far.
+        precision: Relative precision wanted, e.g. 0.02 for 2%.
+        min_samples: Never settled with fewer samples than this.
+        absolute_ms: Also settled once the half-width is at most this many
+            ms, whatever the median: a brick of a few microseconds need not
+            be known to 2% for a model estimate in milliseconds.
+
+    Returns:
+        Whether sampling may stop.
+    """
+    if len(samples_ms) < max(min_samples, 1):
+        return False
+    ordered = sorted(samples_ms)
+    lo, hi = median_ci_ranks(len(ordered))
+    mid = median(ordered)
+    if max(mid - ordered[lo], ordered[hi] - mid) <= absolute_ms:
+        return True
+    return relative_half_width(mid, ordered[lo], ordered[hi]) <= precision
+
+
+def summarize(
+    samples_ms: Sequence[float],
+    *,
+    noisy: bool,
+    calls_per_sample: int = 1,
+    dispatch_ms: float = 0.0,
+    loop_overhead_ms: float = 0.0,
+) -> Timing:
+    """Summarises per-call latency samples into a `Timing`.
+
+    Args:
+        samples_ms: Milliseconds per call, one value per sample.
+        noisy: Whether sampling stopped at a cap before settling.
+        calls_per_sample: Calls timed together in one sample.
+        dispatch_ms: Per-sample overhead that was subtracted.
+        loop_overhead_ms: Per-call loop overhead that was subtracted.
+
+    Returns:
+        The summary.
+
+    Raises:
+        ValueError: If `samples_ms` is empty.
+    """
+    if not samples_ms:
+        raise ValueError("Cannot summarise zero samples.")
+    ordered = sorted(float(s) for s in samples_ms)
+    lo, hi = median_ci_ranks(len(ordered))
+    return Timing(
+        min_ms=ordered[0],
+        median_ms=median(ordered),
+        trimmed_mean_ms=trimmed_mean(ordered),
+        max_ms=ordered[-1],
+        samples=len(ordered),
+        ci_low_ms=ordered[lo],
+        ci_high_ms=ordered[hi],
+        noisy=noisy,
+        calls_per_sample=calls_per_sample,
+        dispatch_ms=dispatch_ms,
+        loop_overhead_ms=loop_overhead_ms,
+    )

@@ -1,0 +1,321 @@
+"""CPU timing harness for Keras models: bricks and whole models alike.
+
+One sample runs the model K times inside a single `tf.function` call (the
+loop of `dlbricks_tf.timing_loop`), so the `tf.function` dispatch overhead
+(0.2-0.4 ms here, more than many single layers) is paid once per K calls
+instead of once per call. The overhead of a call that runs the loop zero
+times is measured and subtracted, and so is the per-call cost of the loop
+machinery itself (measured once per process on an empty model), so what
+remains is the model's own time per call. K is chosen so a sample lasts a
+few ms. Inputs and weights may rotate through several copies so that
+consecutive calls do not find them hot in cache.
+
+Sampling is adaptive: samples are taken until the median's 95% interval is
+within `precision` of the median, or a cap is hit (the result is then
+flagged noisy). `Timer` exposes single samples so that bricks and whole
+models can be measured in interleaved rounds, close together in time.
+
+Example:
+    timing = time_model(model, RunSettings.default(batch_size=1))
+    timing.median_ms
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import time
+from collections.abc import Sequence
+
+import keras
+import numpy as np
+import tensorflow as tf
+
+from dlbricks_tf import errors, stats, synthetic, timing_loop
+from dlbricks_tf import settings as settings_lib
+
+
+class MeasurementError(errors.Error):
+    """A model cannot be timed under the requested settings."""
+
+
+@dataclasses.dataclass(frozen=True)
+class TimingOptions:
+    """How hard to try for a precise timing.
+
+    Attributes:
+        precision: Stop once the median's CI half-width is within this
+            fraction of the median.
+        absolute_precision_ms: Or once the half-width is at most this many
+            ms (tiny bricks need not be known to `precision`).
+        min_samples: Never stop before this many samples.
+        max_samples: Stop (noisy) after this many samples.
+        max_seconds: Stop (noisy) after this much sampling time.
+        target_sample_ms: Choose K so one sample lasts about this long (and
+            at least ten times the measured dispatch overhead).
+        max_calls_per_sample: Upper bound on K.
+        warmup_calls: Untimed one-iteration calls after tracing.
+        input_copies: Random input sets the loop rotates through.
+        weight_copies: Copies of the model, each with its own fresh
+            weights, the loop rotates through: more copies keep a small
+            model's weights from staying hot in cache, as a whole model's
+            do not. The model itself counts as one.
+        subtract_loop_overhead: Subtract the per-iteration cost of the
+            loop machinery, measured on an empty model.
+        seed: Seed of the synthetic inputs.
+    """
+
+    precision: float = 0.02
+    absolute_precision_ms: float = 0.001
+    min_samples: int = 10
+    max_samples: int = 200
+    max_seconds: float = 10.0
+    target_sample_ms: float = 5.0
+    max_calls_per_sample: int = 10_000
+    warmup_calls: int = 2
+    input_copies: int = 1
+    weight_copies: int = 1
+    subtract_loop_overhead: bool = True
+    seed: int = 0
+
+
+def _fresh_copy(model: keras.Model) -> keras.Model:
+    """A copy of a functional model with the same graph and new weights."""
+    try:
+        return keras.models.clone_model(model)
+    except Exception as e:  # Keras raises many types for unclonable models.
+        raise MeasurementError(
+            f"Cannot copy model {model.name!r} for weight_copies > 1: {e}"
+        ) from e
+
+
+class Timer:
+    """Times one model under fixed settings, one sample at a time.
+
+    Construct one per brick or model; call `sample()` until `done`, then
+    `result()`. Several timers may be sampled in interleaved rounds (see
+    `time_interleaved`). The first `sample()` traces, warms up, measures the
+    dispatch overhead and chooses K.
+
+    Args:
+        model: A built Keras model; its inputs need fixed shapes except the
+            batch dimension.
+        settings: Run settings; thread pools and the oneDNN flag must
+            already be in force in this process.
+        options: Sampling options.
+        check_settings: Verify `settings` against the process first.
+
+    Raises:
+        MeasurementError: If the settings cannot be honoured here.
+        ThreadPoolError: If the thread pools differ from `settings`.
+    """
+
+    def __init__(
+        self,
+        model: keras.Model,
+        settings: settings_lib.RunSettings,
+        options: TimingOptions | None = None,
+        *,
+        check_settings: bool = True,
+    ) -> None:
+        self.model = model
+        self.settings = settings
+        self.options = options or TimingOptions()
+        if settings.backend != "tf":
+            raise MeasurementError(
+                f"Backend {settings.backend!r} is not timed by this harness; "
+                "use backend='tf'."
+            )
+        if check_settings:
+            settings_lib.check_threads(settings)
+            if settings.onednn != settings_lib.onednn_enabled():
+                raise MeasurementError(
+                    f"settings.onednn={settings.onednn} but this process runs "
+                    f"with oneDNN {'on' if not settings.onednn else 'off'}; "
+                    "set TF_ENABLE_ONEDNN_OPTS before starting Python."
+                )
+        try:
+            specs = synthetic.input_specs(model, settings.batch_size)
+        except ValueError as e:
+            raise MeasurementError(str(e)) from e
+        input_copies = max(1, self.options.input_copies)
+        models = [model] + [
+            _fresh_copy(model) for _ in range(self.options.weight_copies - 1)
+        ]
+        self._copies = max(input_copies, len(models))  # Calls per iteration.
+        sets = [
+            synthetic.synthetic_inputs(
+                model, settings.batch_size, seed=self.options.seed + c
+            )
+            for c in range(input_copies)
+        ]
+        self._inputs = [
+            tf.constant(np.stack([s[n] for s in sets]))
+            for n in range(len(specs))
+        ]
+        self._run = timing_loop.looped_function(
+            models, specs, input_copies, settings.jit_compile
+        )
+        self._samples: list[float] = []
+        self._sampling_s = 0.0
+        self._n = 0  # Loop iterations per sample; K = n * copies.
+        self._dispatch_ms = 0.0
+        self._loop_ms = 0.0
+
+    def run_ms(self, iterations: int) -> float:
+        """Returns the wall-clock ms of one call of `iterations` iterations.
+
+        Each iteration makes `calls_per_iteration` model calls; the
+        dispatch is included. For calibration checks: `sample()` is the
+        measurement.
+        """
+        count = tf.constant(iterations, tf.int32)
+        start = time.perf_counter()
+        self._run(self._inputs, count).numpy()
+        return (time.perf_counter() - start) * 1e3
+
+    def _prepare(self) -> None:
+        opts = self.options
+        self.run_ms(1)  # Traces and instantiates the function.
+        warm = [self.run_ms(1) for _ in range(max(1, opts.warmup_calls))]
+        self._dispatch_ms = stats.median([self.run_ms(0) for _ in range(5)])
+        if opts.subtract_loop_overhead:
+            self._loop_ms = timing_loop.loop_overhead_ms(
+                self.settings, self._copies
+            )
+        # A sample lasts at least ten dispatches, so the dispatch's own
+        # jitter stays small next to what is left after subtracting it.
+        target_ms = max(opts.target_sample_ms, 10 * self._dispatch_ms)
+        most = max(1, opts.max_calls_per_sample // self._copies)
+
+        def iterations_for(elapsed_ms: float, n: int) -> int:
+            per_iteration = max((elapsed_ms - self._dispatch_ms) / n, 1e-4)
+            return int(min(max(math.ceil(target_ms / per_iteration), 1), most))
+
+        # Guess from one iteration, then correct once at the guessed length
+        # (which also warms the loop up at its final length).
+        n = iterations_for(min(warm), 1)
+        if n > 1:
+            n = iterations_for(self.run_ms(n), n)
+        self._n = n
+
+    @property
+    def calls_per_iteration(self) -> int:
+        """Model calls per loop iteration (the number of copies)."""
+        return self._copies
+
+    @property
+    def dispatch_ms(self) -> float:
+        """Measured ms of a call that runs no iteration (0 before sampling)."""
+        return self._dispatch_ms
+
+    @property
+    def calls_per_sample(self) -> int:
+        """K, the model calls per sample (0 before the first sample)."""
+        return self._n * self._copies
+
+    @property
+    def samples(self) -> tuple[float, ...]:
+        """Samples so far, in ms per call."""
+        return tuple(self._samples)
+
+    def sample(self) -> float:
+        """Takes one sample and returns it, in ms per call."""
+        if not self._n:
+            self._prepare()
+        elapsed = self.run_ms(self._n)
+        self._sampling_s += elapsed / 1e3
+        calls = self._n * self._copies
+        per_call = (elapsed - self._dispatch_ms) / calls - self._loop_ms
+        per_call = max(per_call, 0.0)
+        self._samples.append(per_call)
+        return per_call
+
+    @property
+    def settled(self) -> bool:
+        """Whether the median is known to the requested precision."""
+        return stats.is_settled(
+            self._samples,
+            self.options.precision,
+            self.options.min_samples,
+            self.options.absolute_precision_ms,
+        )
+
+    @property
+    def capped(self) -> bool:
+        """Whether a sampling cap has been reached."""
+        return (
+            len(self._samples) >= self.options.max_samples
+            or self._sampling_s >= self.options.max_seconds
+        )
+
+    @property
+    def done(self) -> bool:
+        """Whether sampling should stop (settled or capped)."""
+        return self.settled or self.capped
+
+    def result(self) -> stats.Timing:
+        """Summarises the samples; noisy unless settled.
+
+        Raises:
+            MeasurementError: If no sample was taken.
+        """
+        if not self._samples:
+            raise MeasurementError(
+                f"No samples of model {self.model.name!r}; call sample()."
+            )
+        return stats.summarize(
+            self._samples,
+            noisy=not self.settled,
+            calls_per_sample=self.calls_per_sample,
+            dispatch_ms=self._dispatch_ms,
+            loop_overhead_ms=self._loop_ms,
+        )
+
+
+def time_model(
+    model: keras.Model,
+    settings: settings_lib.RunSettings,
+    options: TimingOptions | None = None,
+    *,
+    check_settings: bool = True,
+) -> stats.Timing:
+    """Times a Keras model (a brick or a whole model) on synthetic inputs.
+
+    Args:
+        model: A built Keras model with fixed input shapes (but the batch
+            dimension, taken from `settings.batch_size`).
+        settings: Run settings already in force in this process (see
+            `dlbricks_tf.settings.configure_threads`).
+        options: Sampling options; defaults to `TimingOptions()`.
+        check_settings: Verify `settings` against the process first.
+
+    Returns:
+        Milliseconds per call: min, median, trimmed mean, max, CI.
+
+    Raises:
+        MeasurementError: If the model cannot be timed under `settings`.
+    """
+    timer = Timer(model, settings, options, check_settings=check_settings)
+    return time_interleaved([timer])[0]
+
+
+def time_interleaved(timers: Sequence[Timer]) -> list[stats.Timing]:
+    """Samples timers in rounds until each is done; returns their results.
+
+    Each round takes one sample of every timer that is not done yet, so
+    measurements that will be compared (bricks and their whole model) are
+    taken close together in time on a noisy machine.
+
+    Args:
+        timers: Timers to sample.
+
+    Returns:
+        One `Timing` per timer, in order.
+    """
+    pending = list(timers)
+    while pending:
+        for timer in pending:
+            timer.sample()
+        pending = [t for t in pending if not t.done]
+    return [t.result() for t in timers]

@@ -1,0 +1,99 @@
+"""Tests for dlbricks_tf/estimate.py."""
+
+from types import SimpleNamespace
+
+import pytest
+
+from dlbricks_tf import estimate as estimate_lib
+from dlbricks_tf.stats import Timing
+
+
+def _timing(ms, noisy=False):
+    return Timing(
+        min_ms=ms * 0.8,
+        median_ms=ms,
+        trimmed_mean_ms=ms,
+        max_ms=ms * 1.5,
+        samples=20,
+        ci_low_ms=ms * 0.9,
+        ci_high_ms=ms * 1.1,
+        noisy=noisy,
+    )
+
+
+def _decomposition(signatures, dependencies, name="m"):
+    bricks = [SimpleNamespace(signature=s) for s in signatures]
+    return SimpleNamespace(name=name, bricks=bricks, dependencies=dependencies)
+
+
+# A diamond with a repeated brick:  0:a -> {1:b, 2:c -> 3:c} -> 4:a
+_DIAMOND = _decomposition(
+    ["a", "b", "c", "c", "a"], [(), (0,), (0,), (2,), (1, 3)]
+)
+_RESULTS = {"a": _timing(1.0), "b": _timing(5.0), "c": _timing(2.0)}
+
+
+def test_sequential_is_sum_with_repeats_counted():
+    est = estimate_lib.estimate(_DIAMOND, _RESULTS)
+    assert est.mode == "sequential"
+    assert est.ms == pytest.approx(1 + 5 + 2 + 2 + 1)
+    assert est.low_ms == pytest.approx(0.9 * 11)
+    assert est.high_ms == pytest.approx(1.1 * 11)
+    assert est.bricks == 5 and not est.noisy
+    assert est.relative_uncertainty == pytest.approx(0.1)
+
+
+def test_parallel_is_critical_path():
+    est = estimate_lib.estimate(_DIAMOND, _RESULTS, mode="parallel")
+    # Paths: a-b-a = 7, a-c-c-a = 6.
+    assert est.ms == pytest.approx(7.0)
+    slow_c = dict(_RESULTS, c=_timing(3.0))
+    assert estimate_lib.estimate(_DIAMOND, slow_c, "parallel").ms == 8.0
+
+
+def test_parallel_of_a_chain_equals_sequential():
+    chain = _decomposition(["a", "b", "c"], [(), (0,), (1,)])
+    seq = estimate_lib.estimate(chain, _RESULTS, "sequential")
+    par = estimate_lib.estimate(chain, _RESULTS, "parallel")
+    assert seq.ms == pytest.approx(par.ms)
+
+
+def test_missing_bricks_raise_listing_signatures():
+    with pytest.raises(estimate_lib.MissingResultsError) as info:
+        estimate_lib.estimate(_DIAMOND, {"a": _timing(1.0)})
+    assert info.value.signatures == ("b", "c")
+    assert "'b'" not in str(info.value) and "b, c" in str(info.value)
+    assert info.value.model == "m"
+
+
+def test_noisy_bricks_are_flagged():
+    results = dict(_RESULTS, c=_timing(2.0, noisy=True))
+    est = estimate_lib.estimate(_DIAMOND, results)
+    assert est.noisy and est.noisy_signatures == ("c",)
+
+
+def test_bad_mode_and_bad_dependencies_raise():
+    with pytest.raises(ValueError, match="mode"):
+        estimate_lib.estimate(_DIAMOND, _RESULTS, mode="fastest")
+    forward = _decomposition(["a", "b"], [(1,), ()])
+    with pytest.raises(ValueError, match="earlier"):
+        estimate_lib.estimate(forward, _RESULTS, mode="parallel")
+
+
+def test_call_overhead_is_added_once():
+    plain = estimate_lib.estimate(_DIAMOND, _RESULTS)
+    paid = estimate_lib.estimate(_DIAMOND, _RESULTS, call_overhead_ms=0.5)
+    assert paid.ms == pytest.approx(plain.ms + 0.5)
+    assert paid.low_ms == pytest.approx(plain.low_ms + 0.5)
+    par = estimate_lib.estimate(
+        _DIAMOND, _RESULTS, "parallel", call_overhead_ms=0.5
+    )
+    assert par.ms == pytest.approx(7.5)
+
+
+def test_speedup():
+    assert estimate_lib.speedup({"x": 10.0, "y": 30.0}, {"a": 4, "b": 4}) == 5
+
+
+if __name__ == "__main__":
+    raise SystemExit(pytest.main([__file__, "-q"]))

@@ -1,0 +1,197 @@
+"""Tests for dlbricks_tf/store.py."""
+
+import csv
+import json
+import os
+import sqlite3
+import subprocess
+import sys
+import textwrap
+import time
+
+import pytest
+
+from dlbricks_tf import store as store_lib
+from dlbricks_tf.fingerprint import SystemFingerprint
+from dlbricks_tf.settings import RunSettings
+from dlbricks_tf.stats import Timing
+
+_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+SETTINGS = RunSettings(batch_size=1, intra_op_threads=2, inter_op_threads=1)
+FP = SystemFingerprint(
+    cpu_model="Test CPU",
+    physical_cores=2,
+    logical_cpus=2,
+    os="Linux-test",
+    machine="x86_64",
+    python="3.11.0",
+    tensorflow="2.21.0",
+    keras="3.15.1",
+    onnxruntime="",
+    onednn=True,
+)
+
+
+def _timing(ms, noisy=False):
+    return Timing(ms, ms, ms, ms, 10, ms, ms, noisy, 5, 0.3, 0.004)
+
+
+def _count(path, table="brick_results"):
+    with sqlite3.connect(path) as db:
+        return db.execute(f"SELECT COUNT(*) FROM {table}").fetchone()[0]
+
+
+def test_put_get_has(tmp_path):
+    with store_lib.Store(tmp_path / "s.sqlite") as store:
+        assert store.get("sig", SETTINGS, FP) is None
+        assert not store.has("sig", SETTINGS, FP)
+        store.put("sig", SETTINGS, FP, _timing(1.5))
+        assert store.get("sig", SETTINGS, FP) == _timing(1.5)
+        assert store.has("sig", SETTINGS, FP)
+        other = RunSettings(
+            batch_size=8, intra_op_threads=2, inter_op_threads=1
+        )
+        assert store.get("sig", other, FP) is None
+
+
+def test_put_twice_replaces_without_duplicates(tmp_path):
+    path = tmp_path / "s.sqlite"
+    with store_lib.Store(path) as store:
+        store.put("sig", SETTINGS, FP, _timing(1.0, noisy=True))
+        store.put("sig", SETTINGS, FP, _timing(2.0))
+        assert store.get("sig", SETTINGS, FP).median_ms == 2.0
+    assert _count(path) == 1
+    with sqlite3.connect(path) as db, pytest.raises(sqlite3.IntegrityError):
+        db.execute(
+            "INSERT INTO brick_results (signature, settings_key,"
+            " fingerprint_id, min_ms, median_ms, trimmed_mean_ms, max_ms,"
+            " samples, ci_low_ms, ci_high_ms, noisy, calls_per_sample,"
+            " dispatch_ms, loop_overhead_ms)"
+            " VALUES (?, ?, ?, 1, 1, 1, 1, 1, 1, 1, 0, 1, 0, 0)",
+            ("sig", SETTINGS.key(), FP.id),
+        )
+
+
+def test_missing_skips_good_results_and_retries_noisy(tmp_path):
+    with store_lib.Store(tmp_path / "s.sqlite") as store:
+        store.put("a", SETTINGS, FP, _timing(1.0))
+        store.put("b", SETTINGS, FP, _timing(1.0, noisy=True))
+        todo = store.missing(["a", "b", "c", "c"], SETTINGS, FP)
+        assert todo == ["b", "c"]
+        assert store.missing(["a", "b"], SETTINGS, FP, accept_noisy=True) == []
+        assert set(store.results(SETTINGS, FP)) == {"a", "b"}
+        assert set(store.results(SETTINGS, FP, accept_noisy=False)) == {"a"}
+
+
+def test_model_results_are_separate(tmp_path):
+    with store_lib.Store(tmp_path / "s.sqlite") as store:
+        store.put_model("resnet", SETTINGS, FP, _timing(30.0))
+        assert store.get_model("resnet", SETTINGS, FP).median_ms == 30.0
+        assert store.get("resnet", SETTINGS, FP) is None
+
+
+def test_schema_version_stored_and_newer_refused(tmp_path):
+    path = tmp_path / "s.sqlite"
+    with store_lib.Store(path) as store:
+        assert store.schema_version == store_lib.SCHEMA_VERSION
+    with sqlite3.connect(path) as db:
+        db.execute(
+            "UPDATE meta SET value = ? WHERE key = 'schema_version'",
+            (str(store_lib.SCHEMA_VERSION + 1),),
+        )
+    with pytest.raises(store_lib.StoreError, match="newer"):
+        store_lib.Store(path)
+
+
+def test_not_a_database_is_a_store_error(tmp_path):
+    path = tmp_path / "junk.sqlite"
+    path.write_bytes(b"this is not sqlite" * 100)
+    with pytest.raises(store_lib.StoreError):
+        store_lib.Store(path)
+
+
+def test_export_json_and_csv(tmp_path):
+    with store_lib.Store(tmp_path / "s.sqlite") as store:
+        store.put("a", SETTINGS, FP, _timing(1.0))
+        store.put("b", SETTINGS, FP, _timing(2.0, noisy=True))
+        store.put_model("m", SETTINGS, FP, _timing(3.0))
+        store.export_json(tmp_path / "out.json")
+        store.export_csv(tmp_path / "bricks.csv")
+        store.export_csv(tmp_path / "models.csv", kind="model")
+    data = json.loads((tmp_path / "out.json").read_text())
+    assert data["schema_version"] == store_lib.SCHEMA_VERSION
+    assert [b["signature"] for b in data["bricks"]] == ["a", "b"]
+    assert data["bricks"][1]["noisy"] is True
+    assert data["bricks"][0]["settings"] == SETTINGS.to_dict()
+    assert data["bricks"][0]["fingerprint_id"] == FP.id
+    assert data["models"][0]["model"] == "m"
+    with open(tmp_path / "bricks.csv", newline="") as f:
+        rows = list(csv.DictReader(f))
+    assert [r["signature"] for r in rows] == ["a", "b"]
+    assert float(rows[1]["median_ms"]) == 2.0
+    assert rows[0]["batch_size"] == "1"
+    with open(tmp_path / "models.csv", newline="") as f:
+        assert next(csv.DictReader(f))["model"] == "m"
+
+
+def test_merge_from_adds_only_absent_results(tmp_path):
+    with store_lib.Store(tmp_path / "a.sqlite") as a:
+        a.put("x", SETTINGS, FP, _timing(1.0))
+        a.put("y", SETTINGS, FP, _timing(1.0))
+    with store_lib.Store(tmp_path / "b.sqlite") as b:
+        b.put("y", SETTINGS, FP, _timing(9.0))
+        b.put_model("m", SETTINGS, FP, _timing(5.0))
+        assert b.merge_from(tmp_path / "a.sqlite") == 1
+        assert b.get("y", SETTINGS, FP).median_ms == 9.0
+        assert b.get("x", SETTINGS, FP).median_ms == 1.0
+
+
+_WRITER = textwrap.dedent(
+    """
+    import sys, time
+    sys.path.insert(0, {root!r})
+    from dlbricks_tf import store as store_lib
+    from tests.store_test import FP, SETTINGS, _timing
+    with store_lib.Store({path!r}) as store:
+        for sig in store.missing(["s%d" % i for i in range(50)], SETTINGS, FP):
+            store.put(sig, SETTINGS, FP, _timing(1.0))
+            time.sleep(0.02)
+    """
+)
+
+
+def _count_while_writing(path):
+    try:
+        return _count(path) if os.path.exists(path) else 0
+    except sqlite3.OperationalError:  # Schema not created yet.
+        return 0
+
+
+def test_resume_after_killed_writer(tmp_path):
+    path = str(tmp_path / "s.sqlite")
+    code = _WRITER.format(root=_ROOT, path=path)
+    writer = subprocess.Popen([sys.executable, "-c", code])
+    deadline = time.monotonic() + 120
+    try:
+        while time.monotonic() < deadline:
+            if _count_while_writing(path) >= 3:
+                break
+            assert writer.poll() is None, "writer exited early"
+            time.sleep(0.01)
+    finally:
+        writer.kill()
+        writer.wait()
+    partial = _count(path)
+    assert 3 <= partial < 50
+    # A resumed run times only what is missing, and nothing twice.
+    with store_lib.Store(path) as store:
+        todo = store.missing([f"s{i}" for i in range(50)], SETTINGS, FP)
+        assert len(todo) == 50 - partial
+        for sig in todo:
+            store.put(sig, SETTINGS, FP, _timing(2.0))
+        assert len(store.results(SETTINGS, FP)) == 50
+    assert _count(path) == 50
+
+
+if __name__ == "__main__":
+    raise SystemExit(pytest.main([__file__, "-q"]))

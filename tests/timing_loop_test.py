@@ -1,0 +1,100 @@
+"""Tests for dlbricks_tf/timing_loop.py.
+
+The loop must run the model exactly K times: a stateful counter layer
+(which grappler never prunes or hoists) counts the calls. No speed is
+asserted.
+"""
+
+import keras
+import numpy as np
+import pytest
+import tensorflow as tf
+from keras import layers
+
+from dlbricks_tf import settings as settings_lib
+from dlbricks_tf import synthetic, timing_loop
+
+
+class _Counter(layers.Layer):
+    """Counts its calls in a variable."""
+
+    def build(self, input_shape):
+        self.calls = self.add_weight(
+            shape=(), initializer="zeros", dtype="int32", trainable=False
+        )
+
+    def call(self, x):
+        self.calls.assign_add(1)
+        return x
+
+
+def _counted(width=4):
+    x = keras.Input((width,), batch_size=1)
+    counter = _Counter()
+    return keras.Model(x, layers.Dense(2)(counter(x))), counter
+
+
+@pytest.mark.parametrize("copies", [1, 3])
+def test_loop_calls_the_model_n_times_per_copy(copies):
+    model, counter = _counted()
+    run = timing_loop.looped_function([model], [((1, 4), "float32")], copies)
+    xs = [tf.zeros((copies, 1, 4))]
+    for n in (0, 1, 7):
+        before = int(counter.calls.numpy())
+        run(xs, tf.constant(n)).numpy()
+        assert int(counter.calls.numpy()) - before == n * copies
+
+
+def test_weight_copies_are_called_in_turn():
+    (a, count_a), (b, count_b) = _counted(), _counted()
+    run = timing_loop.looped_function([a, b], [((1, 4), "float32")], 1)
+    run([tf.zeros((1, 1, 4))], tf.constant(5)).numpy()
+    assert int(count_a.calls.numpy()) == int(count_b.calls.numpy()) == 5
+
+
+def test_multiple_inputs_and_outputs_are_packed():
+    ids = keras.Input((3,), dtype="int32", batch_size=1, name="ids")
+    feats = keras.Input((2,), batch_size=1, name="feats")
+    emb = layers.Flatten()(layers.Embedding(5, 2)(ids))
+    model = keras.Model({"ids": ids, "feats": feats}, [emb, feats * 2.0])
+    specs = synthetic.input_specs(model, 1)  # In model.inputs order.
+    run = timing_loop.looped_function([model], specs, 1)
+    xs = [tf.ones((1, *shape), dtype) for shape, dtype in specs]
+    # Each call adds first(emb) + 2.0; twice that after two iterations.
+    once = float(run(xs, tf.constant(1)).numpy())
+    assert float(run(xs, tf.constant(2)).numpy()) == pytest.approx(2 * once)
+
+
+def test_jit_loop_is_not_hoisted():
+    model, counter = _counted()
+    x = keras.Input((8, 8, 2), batch_size=1)
+    conv = keras.Model(x, layers.Conv2D(2, 3)(x))
+    run = timing_loop.looped_function(
+        [conv], [((1, 8, 8, 2), "float32")], 1, jit_compile=True
+    )
+    xs = [tf.ones((1, 1, 8, 8, 2))]
+    # The accumulator sums every output, so K iterations give K times one.
+    one = float(run(xs, tf.constant(1)).numpy())
+    assert one != 0
+    assert float(run(xs, tf.constant(4)).numpy()) == pytest.approx(
+        4 * one, rel=1e-4
+    )
+
+
+def test_touch_changes_nothing_when_acc_is_finite():
+    x = tf.constant(np.arange(6, dtype=np.float32).reshape(2, 3))
+    same = timing_loop._touch(x, tf.constant(3.0))
+    assert np.array_equal(same.numpy(), x.numpy())
+    changed = timing_loop._touch(x, tf.constant(float("nan")))
+    assert changed.numpy()[0, 0] == 1.0
+
+
+def test_loop_overhead_is_cached_and_non_negative():
+    settings = settings_lib.RunSettings(1, 1, 1)
+    first = timing_loop.loop_overhead_ms(settings)
+    assert first >= 0 and np.isfinite(first)
+    assert timing_loop.loop_overhead_ms(settings) == first
+
+
+if __name__ == "__main__":
+    raise SystemExit(pytest.main([__file__, "-q"]))

@@ -1,0 +1,125 @@
+"""Tests for dlbricks_tf/timing.py.
+
+No test asserts a speed: timings on a shared machine are noise. The tests
+check the protocol (positive, consistent statistics, sample counts, the
+loop running the model exactly K times) on tiny models.
+"""
+
+import dataclasses
+
+import keras
+import pytest
+from keras import layers
+
+from dlbricks_tf import settings as settings_lib
+from dlbricks_tf import timing
+
+
+def _settings():
+    """Settings of this process, configuring the pools if still possible."""
+    try:
+        settings_lib.configure_threads(1, 1)
+        checked = True
+    except settings_lib.ThreadPoolError:
+        checked = False  # An earlier test ran TensorFlow first.
+    settings = settings_lib.RunSettings(
+        batch_size=1,
+        intra_op_threads=1,
+        inter_op_threads=1,
+        onednn=settings_lib.onednn_enabled(),
+    )
+    return settings, checked
+
+
+# Pools are fixed at TensorFlow's first op: configure them at collection,
+# before any test runs one.
+SETTINGS, CHECKED = _settings()
+FAST = timing.TimingOptions(
+    min_samples=5,
+    max_samples=12,
+    max_seconds=0.5,
+    target_sample_ms=1.0,
+    warmup_calls=1,
+)
+
+
+def _tiny():
+    x = keras.Input((8,))
+    return keras.Model(x, layers.Dense(4, activation="relu")(x))
+
+
+def _timer(model, options=FAST):
+    return timing.Timer(model, SETTINGS, options, check_settings=CHECKED)
+
+
+def test_time_model_statistics_are_consistent():
+    if CHECKED:
+        t = timing.time_model(_tiny(), SETTINGS, FAST)
+    else:  # time_model insists on the pools matching the settings.
+        t = timing.time_interleaved([_timer(_tiny())])[0]
+    # Samples are clamped at 0 if a preempted dispatch was slower than the
+    # one subtracted; the median stays positive.
+    assert 0 <= t.min_ms <= t.median_ms <= t.max_ms
+    assert t.median_ms > 0
+    assert t.min_ms <= t.trimmed_mean_ms <= t.max_ms
+    assert t.ci_low_ms <= t.median_ms <= t.ci_high_ms
+    assert 1 <= t.samples <= FAST.max_samples
+    assert t.samples >= FAST.min_samples or t.noisy
+    assert t.calls_per_sample >= 1
+    assert t.dispatch_ms > 0 and t.loop_overhead_ms >= 0
+
+
+def test_calls_per_sample_is_a_multiple_of_the_copies():
+    options = dataclasses.replace(FAST, input_copies=3)
+    timer = _timer(_tiny(), options)
+    timer.sample()
+    assert timer.calls_per_iteration == 3
+    assert timer.calls_per_sample % 3 == 0
+    assert timer.dispatch_ms > 0
+
+
+def test_weight_copies_rotate_fresh_models():
+    options = dataclasses.replace(FAST, weight_copies=3, input_copies=2)
+    timer = _timer(_tiny(), options)
+    assert timer.sample() >= 0
+    assert timer.calls_per_sample % 3 == 0
+    assert timer.result().calls_per_sample == timer.calls_per_sample
+
+
+def test_interleaved_rounds_sample_every_timer():
+    timers = [_timer(_tiny()), _timer(_tiny())]
+    results = timing.time_interleaved(timers)
+    assert len(results) == 2
+    for timer, result in zip(timers, results, strict=True):
+        assert timer.done
+        assert result.samples == len(timer.samples)
+        assert result.noisy == (not timer.settled)
+
+
+def test_multi_input_multi_output_and_int_inputs():
+    ids = keras.Input((5,), dtype="int32")
+    feats = keras.Input((3,))
+    e = layers.Flatten()(layers.Embedding(4, 2)(ids))
+    model = keras.Model([ids, feats], [e, layers.Dense(2)(feats)])
+    timer = _timer(model)
+    assert timer.sample() >= 0
+    assert len(timer.samples) == 1
+
+
+def test_result_before_sampling_raises():
+    with pytest.raises(timing.MeasurementError):
+        _timer(_tiny()).result()
+
+
+def test_unsupported_backend_and_unknown_shapes_raise():
+    onnx = settings_lib.RunSettings(1, 1, 1, backend="onnxruntime")
+    with pytest.raises(timing.MeasurementError, match="Backend"):
+        timing.Timer(_tiny(), onnx, check_settings=False)
+    x = keras.Input((None, 3))
+    model = keras.Model(x, layers.Dense(2)(x))
+    with pytest.raises(timing.MeasurementError, match="unknown dimension"):
+        _timer(model)
+
+
+if __name__ == "__main__":
+    raise SystemExit(pytest.main([__file__, "-q"]))
