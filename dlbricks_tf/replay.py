@@ -108,6 +108,26 @@ def call(op: Any, node: dict, inputs: Sequence[Any]) -> list[Any]:
     Returns:
         The call's outputs, flattened as `keras.tree.flatten` does.
     """
+    args, kwargs = _arguments(node, inputs)
+    return keras.tree.flatten(op(*args, **kwargs))
+
+
+def output_specs(op: Any, node: dict, inputs: Sequence[Any]) -> list[Any]:
+    """Like `call` on KerasTensors, without building weights if it can.
+
+    A layer that implements `compute_output_shape` (Conv2D, Dense,
+    LayerNormalization, ...) answers without creating its weights, which is
+    most of what a symbolic call costs; any other falls back to a call.
+    """
+    args, kwargs = _arguments(node, inputs)
+    try:
+        return keras.tree.flatten(op.compute_output_spec(*args, **kwargs))
+    except Exception:  # An unbuilt layer without compute_output_shape.
+        return keras.tree.flatten(op(*args, **kwargs))
+
+
+def _arguments(node: dict, inputs: Sequence[Any]) -> tuple[Any, dict]:
+    """The deserialized (args, kwargs) of `node`, tensors from `inputs`."""
     template = graph_lib.map_tensor_refs(node, _slot_tensor)
     args = serialization_lib.deserialize_keras_object(template.get("args", []))
     kwargs = serialization_lib.deserialize_keras_object(
@@ -122,7 +142,7 @@ def call(op: Any, node: dict, inputs: Sequence[Any]) -> list[Any]:
 
     args = keras.tree.map_structure(swap, args)
     kwargs = keras.tree.map_structure(swap, kwargs or {})
-    return keras.tree.flatten(op(*args, **kwargs))
+    return args, kwargs
 
 
 def infer_missing_specs(
@@ -151,7 +171,7 @@ def infer_missing_specs(
             for t in c.inputs
         ]
         try:
-            outputs = call(factory.create(c), c.node, symbolic)
+            outputs = output_specs(factory.create(c), c.node, symbolic)
         except DecompositionError:
             raise
         except Exception as e:
