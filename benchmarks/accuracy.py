@@ -25,11 +25,8 @@ Usage:
 from __future__ import annotations
 
 import dataclasses
-import gc
 import json
-import math
 import os
-import time
 from pathlib import Path
 
 from absl import app, flags, logging
@@ -77,7 +74,19 @@ _MAX_SAMPLES = flags.DEFINE_integer(
     "max_samples", 100, "Sampling cap per brick or model.", lower_bound=1
 )
 _TARGET_MS = flags.DEFINE_float(
-    "target_sample_ms", 5.0, "Duration of one sample (K calls), ms."
+    "target_sample_ms", 1.0, "Duration of one sample (K calls), ms."
+)
+_SAMPLES_PER_CALL = flags.DEFINE_integer(
+    "samples_per_call", 20, "Samples timed in-graph per call.", lower_bound=1
+)
+_BRICK_MAX_SAMPLES = flags.DEFINE_integer(
+    "brick_max_samples",
+    60,
+    "Sampling cap per brick (a brick that never settles is flagged noisy).",
+    lower_bound=1,
+)
+_BRICK_MAX_SECONDS = flags.DEFINE_float(
+    "brick_max_seconds", 1.0, "Sampling cap per brick, seconds."
 )
 _COPIES = flags.DEFINE_integer(
     "input_copies", 1, "Input copies the loop rotates through.", lower_bound=1
@@ -113,115 +122,27 @@ def _model_names() -> list[str]:
     return list(_MODELS.value)
 
 
-def _build(name: str):
-    import keras
-
-    try:
-        constructor = getattr(keras.applications, name)
-    except AttributeError:
-        raise app.UsageError(
-            f"Unknown keras.applications model: {name}"
-        ) from None
-    return constructor(weights=None)
-
-
-def _geomean(values: list[float]) -> float:
-    return math.exp(sum(math.log(v) for v in values) / len(values))
-
-
-def _timed(clock: dict[str, float], key: str, fn, *args, **kwargs):
-    start = time.perf_counter()
-    try:
-        return fn(*args, **kwargs)
-    finally:
-        clock[key] += time.perf_counter() - start
-
-
 def _run_granularity(g, names, settings, fp, options, brick_options, store):
     """Measures every model at one G; returns (runs, corpus row)."""
-    import keras
+    from dlbricks_tf import job
 
-    import dlbricks_tf
-    from dlbricks_tf import estimate as estimate_lib
-    from dlbricks_tf import suite as suite_lib
-    from dlbricks_tf import timing
-
-    clock = {"campaign": 0.0, "end_to_end": 0.0}
-    results, measured, decompositions, runs = {}, {}, {}, []
-    for name in names:
-        keras.backend.clear_session()
-        gc.collect()
-        model = _build(name)
-        d = _timed(clock, "campaign", dlbricks_tf.decompose, model, g)
-        decompositions[name] = d
-        model_timer = _timed(
-            clock, "end_to_end", timing.Timer, model, settings, options
-        )
-        brick_timers = {}
-        for brick in d.bricks:
-            if brick.signature in results or brick.signature in brick_timers:
-                continue
-            built = _timed(clock, "campaign", brick.build, settings.batch_size)
-            brick_timers[brick.signature] = _timed(
-                clock, "campaign", timing.Timer, built, settings, brick_options
-            )
-        timers = [("end_to_end", model_timer)]
-        timers += [("campaign", t) for t in brick_timers.values()]
-        pending = timers
-        while pending:  # Interleaved rounds: one sample of each per round.
-            for kind, timer in pending:
-                _timed(clock, kind, timer.sample)
-            pending = [(k, t) for k, t in pending if not t.done]
-        for signature, timer in brick_timers.items():
-            results[signature] = timer.result()
-            store.put(signature, settings, fp, results[signature])
-        measured[name] = model_timer.result()
-        store.put_model(name, settings, fp, measured[name])
-        seq = estimate_lib.estimate(d, results, "sequential")
-        par = estimate_lib.estimate(d, results, "parallel")
-        row = {
-            "model": name,
-            "granularity": g,
-            "batch_size": settings.batch_size,
-            "measured_ms": measured[name].median_ms,
-            "estimated_ms": seq.ms,
-            "estimated_parallel_ms": par.ms,
-            "normalized": seq.ms / measured[name].median_ms,
-            "estimated_low_ms": seq.low_ms,
-            "estimated_high_ms": seq.high_ms,
-            "measured_noisy": measured[name].noisy,
-            "dispatch_ms": measured[name].dispatch_ms,
-            "noisy_bricks": len(seq.noisy_signatures),
-            "bricks": seq.bricks,
-            "new_unique_bricks": len(brick_timers),
-        }
-        runs.append(row)
-        logging.info(
-            "G=%d %s: measured %.3f ms, estimated %.3f ms (x%.3f), "
-            "%d bricks, %d new",
-            g, name, row["measured_ms"], row["estimated_ms"],
-            row["normalized"], row["bricks"], row["new_unique_bricks"],
-        )  # fmt: skip
-        del model, model_timer, brick_timers, timers, pending
-    suite = suite_lib.build_suite(decompositions)
-    repeat = _recheck(suite, results, settings, brick_options)
-    normalized = [r["normalized"] for r in runs]
-    corpus = {
-        "granularity": g,
-        "geomean_normalized": _geomean(normalized),
-        "min_normalized": min(normalized),
-        "max_normalized": max(normalized),
-        "speedup": estimate_lib.speedup(
-            {n: t.median_ms for n, t in measured.items()},
-            {s: results[s].median_ms for s in suite.signatures},
-        ),
-        "campaign_wall_s": clock["campaign"],
-        "end_to_end_wall_s": clock["end_to_end"],
-        "unique_bricks": len(suite),
-        "total_bricks": suite.total_bricks,
-        **repeat,
-    }
-    return runs, corpus
+    try:
+        sources = job.resolve_models(names)
+    except job.ModelSourceError as e:
+        raise app.UsageError(str(e)) from None
+    result = job.run_granularity(
+        sources,
+        g,
+        settings,
+        fp,
+        store,
+        options,
+        brick_options,
+        reuse_stored=False,  # Every G times its unique bricks afresh.
+        log=lambda line: logging.info("%s", line),
+    )
+    repeat = _recheck(result.suite, result.results, settings, brick_options)
+    return result.runs, {**result.corpus, **repeat}
 
 
 def _recheck(suite, results, settings, options) -> dict:
@@ -248,35 +169,6 @@ def _recheck(suite, results, settings, options) -> dict:
     }
 
 
-def _table(report: dict) -> str:
-    lines = [
-        "| model | G | measured ms | sequential ms | parallel ms "
-        "| normalized |",
-        "|---|---|---|---|---|---|",
-    ]
-    for r in report["runs"]:
-        lines.append(
-            f"| {r['model']} | {r['granularity']} | {r['measured_ms']:.3f} "
-            f"| {r['estimated_ms']:.3f} | {r['estimated_parallel_ms']:.3f} "
-            f"| {r['normalized']:.3f} |"
-        )
-    lines += [
-        "",
-        "| G | geomean | min | max | speed-up | campaign s | end-to-end s "
-        "| repeat diff |",
-        "|---|---|---|---|---|---|---|---|",
-    ]
-    for c in report["corpus"]:
-        lines.append(
-            f"| {c['granularity']} | {c['geomean_normalized']:.3f} "
-            f"| {c['min_normalized']:.3f} | {c['max_normalized']:.3f} "
-            f"| {c['speedup']:.2f} | {c['campaign_wall_s']:.1f} "
-            f"| {c['end_to_end_wall_s']:.1f} "
-            f"| {c.get('repeat_median_rel_diff', float('nan')):.3f} |"
-        )
-    return "\n".join(lines)
-
-
 def main(argv: list[str]) -> None:
     if len(argv) > 1:
         raise app.UsageError(f"Unexpected arguments: {argv[1:]}")
@@ -300,6 +192,7 @@ def main(argv: list[str]) -> None:
     )
     from dlbricks_tf import timing
     from dlbricks_tf.fingerprint import system_fingerprint
+    from dlbricks_tf.report import format_report
     from dlbricks_tf.store import Store
 
     options = timing.TimingOptions(
@@ -307,12 +200,16 @@ def main(argv: list[str]) -> None:
         max_samples=_MAX_SAMPLES.value,
         max_seconds=_MAX_SECONDS.value,
         target_sample_ms=_TARGET_MS.value,
+        samples_per_call=_SAMPLES_PER_CALL.value,
         input_copies=_COPIES.value,
         absolute_precision_ms=_ABSOLUTE_MS.value,
     )
     # Weight copies emulate a whole model's cold weights: bricks only.
     brick_options = dataclasses.replace(
-        options, weight_copies=_WEIGHT_COPIES.value
+        options,
+        weight_copies=_WEIGHT_COPIES.value,
+        max_samples=_BRICK_MAX_SAMPLES.value,
+        max_seconds=_BRICK_MAX_SECONDS.value,
     )
     out = Path(_OUT.value)
     out.mkdir(parents=True, exist_ok=True)
@@ -334,7 +231,7 @@ def main(argv: list[str]) -> None:
             report["corpus"].append(corpus)
             # Rewrite after every G so a stopped run keeps what it did.
             (out / "report.json").write_text(json.dumps(report, indent=1))
-    print(_table(report))
+    print(format_report(report))
     print(f"\nReport: {out / 'report.json'}")
 
 

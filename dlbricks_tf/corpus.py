@@ -1,13 +1,18 @@
 """The default corpora: `keras.applications` architectures, no weights.
 
-Every model is built with `weights=None`, so nothing is downloaded.
+Every model is built with `weights=None`, so nothing is downloaded. Keras
+(and so TensorFlow) is imported on first build, not with this module: a
+command line checks model names before it fixes TensorFlow's thread pools.
 """
 
 from __future__ import annotations
 
-import keras
+from typing import TYPE_CHECKING
 
 from dlbricks_tf.errors import Error
+
+if TYPE_CHECKING:
+    import keras
 
 # The 40 architectures of keras.applications (Keras 3.15).
 APPLICATIONS = (
@@ -88,4 +93,11 @@ def application(name: str) -> keras.Model:
             f"Unknown model {name!r}: use a keras.applications name such as "
             f"ResNet50 (all: {', '.join(APPLICATIONS)}) or a model file path."
         )
-    return getattr(keras.applications, name)(weights=None)
+    import keras
+
+    kwargs = {}
+    if name.startswith("MobileNetV3"):
+        # Their default input is (None, None, 3); timing needs fixed shapes,
+        # so they get the 224x224 the other ImageNet models have.
+        kwargs["input_shape"] = (224, 224, 3)
+    return getattr(keras.applications, name)(weights=None, **kwargs)

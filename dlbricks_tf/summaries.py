@@ -1,9 +1,14 @@
-"""TensorBoard output: images, Markdown tables and scalars via `tf.summary`.
+"""TensorBoard output: images, Markdown tables, scalars, HParams and graphs.
 
 One `tf.summary` file writer per run folder: TensorBoard lists each folder
 under a log directory as a run, and overlays the runs' scalars of the same
 tag. The helpers are generic (a tag, a value, a step), so any stage of the
 pipeline can add its views here.
+
+HParams follow TensorBoard's layout: `write_hparams_config` in one run
+(say `hparams`) declares the hyperparameters and metric tags, and each
+session is a sub-run (`hparams/G=1`) holding `write_hparams` and the metric
+scalars. A run holds at most one graph (`write_model_graph`).
 
 TensorFlow is imported on first use, not with this module.
 
@@ -180,3 +185,66 @@ def write_scalars(
     for step, value in sorted(values.items()):
         if math.isfinite(value):
             write_scalar(writer, tag, value, step=step, description=description)
+
+
+def write_hparams_config(
+    writer: Any,
+    hparams: Mapping[str, Sequence[Any]],
+    metrics: Mapping[str, str],
+) -> None:
+    """Declares an HParams experiment: its hyperparameters and metrics.
+
+    Args:
+        writer: The writer of the experiment's run (the parent of the
+            sessions' runs).
+        hparams: {name: the values tried}; values of one type (int, float,
+            str or bool).
+        metrics: {scalar tag: display name}; the sessions log these tags.
+    """
+    from tensorboard.plugins.hparams import api as hp
+
+    domains = [
+        hp.HParam(name, hp.Discrete(sorted(set(values))))
+        for name, values in hparams.items()
+    ]
+    with writer.as_default():
+        hp.hparams_config(
+            hparams=domains,
+            metrics=[hp.Metric(t, display_name=d) for t, d in metrics.items()],
+        )
+
+
+def write_hparams(
+    writer: Any, hparams: Mapping[str, Any], *, trial_id: str | None = None
+) -> None:
+    """Records one session's hyperparameter values (its run's writer)."""
+    from tensorboard.plugins.hparams import api as hp
+
+    with writer.as_default():
+        hp.hparams(dict(hparams), trial_id=trial_id)
+
+
+def write_model_graph(writer: Any, model: Any, batch_size: int = 1) -> None:
+    """Writes the op graph of a Keras model called in inference mode.
+
+    Ops are grouped by layer name scopes, so TensorBoard's graph dashboard
+    shows one node per layer, which expands into its ops.
+
+    Args:
+        writer: The run's writer (a run shows one graph).
+        model: A built `keras.Model` with fixed input shapes but the batch.
+        batch_size: The batch dimension to trace with.
+    """
+    import tensorflow as tf
+
+    specs = [
+        tf.TensorSpec((batch_size, *x.shape[1:]), x.dtype) for x in model.inputs
+    ]
+
+    @tf.function(input_signature=specs, autograph=False)
+    def call(*xs):
+        return model(list(xs) if len(xs) > 1 else xs[0], training=False)
+
+    graph = call.get_concrete_function().graph
+    with writer.as_default():
+        tf.summary.graph(graph)

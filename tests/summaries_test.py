@@ -61,5 +61,41 @@ def test_image_text_and_scalars_read_back(tmp_path):
     assert scalars == {1: 4.0, 3: 2.5}  # NaN skipped.
 
 
+def test_hparams_and_graph_read_back(tmp_path):
+    import keras
+    from tensorboard.plugins.hparams import plugin_data_pb2
+
+    with summaries.run_writer(tmp_path, "sweep") as w:
+        summaries.write_hparams_config(
+            w, {"granularity": [2, 1, 2]}, {"speedup": "speed-up"}
+        )
+    with summaries.run_writer(tmp_path, "sweep/G=1") as w:
+        summaries.write_hparams(w, {"granularity": 1}, trial_id="G=1")
+    a, b = keras.Input((3,)), keras.Input((3,))
+    model = keras.Model([a, b], keras.layers.Add(name="plus")([a, b]))
+    with summaries.run_writer(tmp_path, "graph") as w:
+        summaries.write_model_graph(w, model, batch_size=2)
+
+    content = read_run(tmp_path / "sweep").PluginTagToContent("hparams")
+    experiment = plugin_data_pb2.HParamsPluginData.FromString(
+        content["_hparams_/experiment"]
+    ).experiment
+    (info,) = experiment.hparam_infos
+    assert [v.number_value for v in info.domain_discrete.values] == [1, 2]
+    assert [m.display_name for m in experiment.metric_infos] == ["speed-up"]
+    content = read_run(tmp_path / "sweep" / "G=1").PluginTagToContent("hparams")
+    start = plugin_data_pb2.HParamsPluginData.FromString(
+        content["_hparams_/session_start_info"]
+    ).session_start_info
+    assert start.hparams["granularity"].number_value == 1
+
+    graph = read_run(tmp_path / "graph").Graph()
+    placeholders = [n for n in graph.node if n.op == "Placeholder"]
+    assert len(placeholders) == 2
+    assert any(
+        "plus" in n.name and n.op in ("Add", "AddV2") for n in graph.node
+    )
+
+
 if __name__ == "__main__":
     raise SystemExit(pytest.main([__file__, "-q"]))

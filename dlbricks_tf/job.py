@@ -1,0 +1,527 @@
+"""The whole DLBricks job: models in, measured vs estimated latency out.
+
+For each granularity G: decompose every model, collect the unique bricks,
+then per model time the whole model and its bricks not yet timed in
+interleaved rounds (one sample of each per round, so that the ratio
+estimate / measured compares measurements taken close together in time on
+a noisy machine), store every result as it finishes, and rebuild each
+model's latency from its bricks (sequential and parallel). The command
+line's `run` and `benchmarks/accuracy.py` both call `run_granularity`.
+
+Models are named by `resolve_models`: `keras.applications` names or model
+files (`.keras`, `.h5`, config `.json`). Resolving does not import
+TensorFlow, so a caller can check names before fixing the thread pools.
+
+Example:
+    configure_threads(settings.intra_op_threads, settings.inter_op_threads)
+    sources = resolve_models(["MobileNetV2", "my_model.keras"])
+    with Store("store.sqlite") as store:
+        report = run_job(sources, [1], settings, store)
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+import os
+import time
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from dlbricks_tf import corpus, errors
+from dlbricks_tf.stats import Timing
+
+# The default corpus of `run`: three families (inverted residuals, residual
+# bottlenecks, squeeze-and-excitation) that share many bricks at G=1 and
+# finish in 2-4 minutes on a 2-core machine.
+DEFAULT_MODELS = ("MobileNetV2", "ResNet50", "EfficientNetB0")
+MODEL_FILE_SUFFIXES = (".keras", ".h5", ".hdf5", ".json")
+
+# progress(model, done, total): timers finished so far at this G.
+Progress = Callable[[str, int, int], None]
+
+
+class ModelSourceError(errors.Error):
+    """A model given by name or path cannot be found or loaded."""
+
+
+@dataclasses.dataclass(frozen=True)
+class ModelSource:
+    """A model named on the command line: an application or a file.
+
+    Attributes:
+        name: The name in reports and in the store (the application's name,
+            or the file's stem).
+        path: The model file, or None for a `keras.applications` name.
+    """
+
+    name: str
+    path: str | None = None
+
+    def build(self, safe_mode: bool = True):
+        """Returns the runnable `keras.Model` (weights are not needed).
+
+        Raises:
+            ModelSourceError: If the file cannot be loaded.
+        """
+        if self.path is None:
+            return corpus.application(self.name)
+        import keras
+
+        try:
+            if self.path.endswith(".json"):
+                with open(self.path, encoding="utf-8") as f:
+                    config = json.load(f)
+                return keras.saving.deserialize_keras_object(
+                    config, safe_mode=safe_mode
+                )
+            return keras.saving.load_model(
+                self.path, compile=False, safe_mode=safe_mode
+            )
+        except Exception as e:  # Keras raises many types for bad files.
+            first = str(e).strip().splitlines()[0] if str(e).strip() else ""
+            raise ModelSourceError(
+                f"Cannot load model file {self.path!r}: "
+                f"{type(e).__name__}: {first}"
+            ) from e
+
+    def decompose(self, granularity: int, safe_mode: bool = True):
+        """Decomposes the model; a file is read for its config only."""
+        from dlbricks_tf.decompose import decompose
+
+        if self.path is not None:
+            return decompose(self.path, granularity, safe_mode=safe_mode)
+        return decompose(self.build(), granularity)
+
+
+def resolve_models(specs: Sequence[str]) -> list[ModelSource]:
+    """Turns names and paths into model sources, without importing Keras.
+
+    Args:
+        specs: `keras.applications` names (e.g. "ResNet50") or paths of
+            `.keras`, `.h5` or config `.json` files.
+
+    Returns:
+        One source per spec, in order; files named by their stem, made
+        unique with a suffix ("model", "model-2") when stems repeat.
+
+    Raises:
+        ModelSourceError: If there is no spec, a file does not exist, or a
+            name is not an application.
+    """
+    if not specs:
+        raise ModelSourceError(
+            "No models given: pass --models with keras.applications names "
+            "or model file paths."
+        )
+    sources: list[ModelSource] = []
+    taken: set[str] = set()
+    for spec in specs:
+        spec = spec.strip()
+        if spec in corpus.APPLICATIONS:
+            name, path = spec, None
+        elif spec.lower().endswith(MODEL_FILE_SUFFIXES) or os.sep in spec:
+            if not os.path.isfile(spec):
+                raise ModelSourceError(
+                    f"Model file {spec!r} does not exist: check the path "
+                    "given to --models."
+                )
+            name, path = Path(spec).stem, spec
+        else:
+            raise ModelSourceError(
+                f"Unknown model {spec!r}: use a keras.applications name "
+                f"such as ResNet50 (see --helpfull) or the path of a "
+                f"{'/'.join(MODEL_FILE_SUFFIXES)} file."
+            )
+        unique, n = name, 1
+        while unique in taken:
+            n += 1
+            unique = f"{name}-{n}"
+        taken.add(unique)
+        sources.append(ModelSource(unique, path))
+    return sources
+
+
+def geomean(values: Sequence[float]) -> float:
+    """Geometric mean of positive values (nan if there is none)."""
+    if not values:
+        return float("nan")
+    return math.exp(sum(math.log(v) for v in values) / len(values))
+
+
+@dataclasses.dataclass
+class GranularityResult:
+    """What `run_granularity` measured at one G.
+
+    Attributes:
+        runs: One report row per model (see `run_granularity`).
+        corpus: The report's corpus row for this G.
+        decompositions: {model: decomposition}.
+        suite: The unique bricks, with counts.
+        results: {signature: timing} of every brick of the suite.
+        measured: {model: end-to-end timing}.
+    """
+
+    runs: list[dict[str, Any]]
+    corpus: dict[str, Any]
+    decompositions: dict[str, Any]
+    suite: Any
+    results: dict[str, Timing]
+    measured: dict[str, Timing]
+
+
+def run_granularity(
+    sources: Sequence[ModelSource],
+    granularity: int,
+    settings,
+    fingerprint,
+    store,
+    options=None,
+    brick_options=None,
+    *,
+    reuse_stored: bool = True,
+    safe_mode: bool = True,
+    check_settings: bool = True,
+    progress: Progress | None = None,
+    log: Callable[[str], None] | None = None,
+) -> GranularityResult:
+    """Measures every model and its bricks at one G, and estimates.
+
+    Every model is decomposed first (so the work is known), then built
+    again, one at a time, to be timed: memory stays flat over a corpus.
+
+    Args:
+        sources: The models.
+        granularity: G.
+        settings: `RunSettings` in force in this process.
+        fingerprint: This machine's `SystemFingerprint`.
+        store: The `Store`; every result is written as it finishes.
+        options: `TimingOptions` of whole models.
+        brick_options: `TimingOptions` of bricks (default: `options`).
+        reuse_stored: Skip bricks the store already holds (settled) for
+            these settings and machine; False times every brick afresh.
+        safe_mode: Refuse Lambda layers from model files.
+        check_settings: Verify `settings` against the process first.
+        progress: Called with (model, timers done, timers total of this G)
+            as each brick or model finishes.
+        log: Called with one line per model.
+
+    Returns:
+        The rows of report.json (`runs`, `corpus`) and what they came from.
+
+    Raises:
+        dlbricks_tf.Error: A model cannot be loaded, decomposed or timed.
+    """
+    import keras
+
+    from dlbricks_tf import estimate as estimate_lib
+    from dlbricks_tf import suite as suite_lib
+    from dlbricks_tf import timing
+
+    brick_options = brick_options or options
+    log = log or (lambda line: None)
+    clock = {"campaign": 0.0, "end_to_end": 0.0}
+
+    def timed(key, fn, *args, **kwargs):
+        start = time.perf_counter()
+        try:
+            return fn(*args, **kwargs)
+        finally:
+            clock[key] += time.perf_counter() - start
+
+    from dlbricks_tf.decompose import decompose
+
+    decompositions = {}
+    for source in sources:
+        # Building an application is not part of the campaign: a file's
+        # config is read by decompose itself.
+        target = source.path or source.build(safe_mode)
+        decompositions[source.name] = timed(
+            "campaign", decompose, target, granularity, safe_mode=safe_mode
+        )
+        del target
+        keras.backend.clear_session()
+    suite = suite_lib.build_suite(decompositions)
+    results: dict[str, Timing] = {}
+    if reuse_stored:
+        stored = store.results(settings, fingerprint, accept_noisy=False)
+        results = {s: stored[s] for s in suite.signatures if s in stored}
+    total = len(sources) + len(suite) - len(results)
+    done = 0
+    if progress is not None and sources:
+        progress(sources[0].name, 0, total)
+    measured: dict[str, Timing] = {}
+    runs = []
+    for source in sources:
+        keras.backend.clear_session()
+        d = decompositions[source.name]
+        model = source.build(safe_mode)
+        model_timer = timed(
+            "end_to_end",
+            timing.Timer,
+            model,
+            settings,
+            options,
+            check_settings=check_settings,
+        )
+        brick_timers = {}
+        for brick in d.bricks:
+            if brick.signature in results or brick.signature in brick_timers:
+                continue
+            built = timed("campaign", brick.build, settings.batch_size)
+            brick_timers[brick.signature] = timed(
+                "campaign",
+                timing.Timer,
+                built,
+                settings,
+                brick_options,
+                check_settings=check_settings,
+            )
+        pending = [(source.name, "end_to_end", model_timer)]
+        pending += [(s, "campaign", t) for s, t in brick_timers.items()]
+        while pending:  # Interleaved rounds: one sample of each per round.
+            for _, kind, timer in pending:
+                timed(kind, timer.sample)
+            left = []
+            for key, kind, timer in pending:
+                if not timer.done:
+                    left.append((key, kind, timer))
+                    continue
+                if kind == "campaign":  # Commit each brick as it finishes.
+                    results[key] = timer.result()
+                    store.put(key, settings, fingerprint, results[key])
+                done += 1
+                if progress is not None:
+                    progress(source.name, done, total)
+            pending = left
+        measured[source.name] = model_timer.result()
+        store.put_model(
+            source.name, settings, fingerprint, measured[source.name]
+        )
+        runs.append(
+            _row(source.name, granularity, settings, measured, results, d)
+        )
+        runs[-1]["new_unique_bricks"] = len(brick_timers)
+        row = runs[-1]
+        log(
+            f"G={granularity} {source.name}: measured "
+            f"{row['measured_ms']:.3f} ms, estimated "
+            f"{row['estimated_ms']:.3f} ms (x{row['normalized']:.3f}), "
+            f"{row['bricks']} bricks, {len(brick_timers)} timed"
+        )
+        del model, model_timer, brick_timers, pending
+    normalized = [r["normalized"] for r in runs]
+    corpus_row = {
+        "granularity": granularity,
+        "geomean_normalized": geomean(normalized),
+        "min_normalized": min(normalized),
+        "max_normalized": max(normalized),
+        "speedup": estimate_lib.speedup(
+            {n: t.median_ms for n, t in measured.items()},
+            {s: results[s].median_ms for s in suite.signatures},
+        ),
+        "campaign_wall_s": clock["campaign"],
+        "end_to_end_wall_s": clock["end_to_end"],
+        "unique_bricks": len(suite),
+        "total_bricks": suite.total_bricks,
+    }
+    return GranularityResult(
+        runs, corpus_row, decompositions, suite, results, measured
+    )
+
+
+def _row(name, g, settings, measured, results, d) -> dict[str, Any]:
+    from dlbricks_tf import estimate as estimate_lib
+
+    seq = estimate_lib.estimate(d, results, "sequential")
+    par = estimate_lib.estimate(d, results, "parallel")
+    m = measured[name]
+    return {
+        "model": name,
+        "granularity": g,
+        "batch_size": settings.batch_size,
+        "measured_ms": m.median_ms,
+        "estimated_ms": seq.ms,
+        "estimated_parallel_ms": par.ms,
+        "normalized": seq.ms / m.median_ms if m.median_ms > 0 else math.inf,
+        "estimated_low_ms": seq.low_ms,
+        "estimated_high_ms": seq.high_ms,
+        "measured_noisy": m.noisy,
+        "dispatch_ms": m.dispatch_ms,
+        "noisy_bricks": len(seq.noisy_signatures),
+        "bricks": seq.bricks,
+    }
+
+
+def new_report(fingerprint, settings, brick_options=None) -> dict[str, Any]:
+    """An empty report.json: system, settings, options, no rows yet."""
+    return {
+        "system": {**fingerprint.to_dict(), "id": fingerprint.id},
+        "settings": settings.to_dict(),
+        "options": (
+            dataclasses.asdict(brick_options) if brick_options else None
+        ),
+        "runs": [],
+        "corpus": [],
+    }
+
+
+def run_job(
+    sources: Sequence[ModelSource],
+    granularities: Sequence[int],
+    settings,
+    store,
+    options=None,
+    brick_options=None,
+    *,
+    fingerprint=None,
+    report_path: str | os.PathLike | None = None,
+    reuse_stored: bool = True,
+    safe_mode: bool = True,
+    check_settings: bool = True,
+    progress: Progress | None = None,
+    log: Callable[[str], None] | None = None,
+) -> tuple[dict[str, Any], dict[int, GranularityResult]]:
+    """Runs `run_granularity` for every G; returns the report and details.
+
+    Args:
+        sources: The models.
+        granularities: The values of G, in order.
+        settings: `RunSettings` in force in this process.
+        store: The `Store`.
+        options: `TimingOptions` of whole models.
+        brick_options: `TimingOptions` of bricks (default: `options`).
+        fingerprint: This machine's fingerprint (taken if None).
+        report_path: Where to write report.json, rewritten after every G
+            so a stopped run keeps what it did; None writes nothing.
+        reuse_stored, safe_mode, check_settings, progress, log: As in
+            `run_granularity`.
+
+    Returns:
+        (report, {G: GranularityResult}); the report as in report.json.
+    """
+    from dlbricks_tf.fingerprint import system_fingerprint
+
+    fingerprint = fingerprint or system_fingerprint()
+    report = new_report(fingerprint, settings, brick_options or options)
+    details = {}
+    for g in granularities:
+        result = run_granularity(
+            sources,
+            g,
+            settings,
+            fingerprint,
+            store,
+            options,
+            brick_options,
+            reuse_stored=reuse_stored,
+            safe_mode=safe_mode,
+            check_settings=check_settings,
+            progress=progress,
+            log=log,
+        )
+        details[g] = result
+        report["runs"] += result.runs
+        report["corpus"].append(result.corpus)
+        if report_path is not None:
+            write_report(report, report_path)
+    return report, details
+
+
+def write_report(report: Mapping[str, Any], path: str | os.PathLike) -> None:
+    """Writes report.json (non-finite numbers as null)."""
+    Path(path).write_text(json.dumps(_finite(report), indent=1))
+
+
+def _finite(value: Any) -> Any:
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    if isinstance(value, Mapping):
+        return {k: _finite(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_finite(v) for v in value]
+    return value
+
+
+def measure_models(
+    sources: Sequence[ModelSource],
+    settings,
+    fingerprint,
+    store,
+    options=None,
+    *,
+    safe_mode: bool = True,
+    check_settings: bool = True,
+    progress: Progress | None = None,
+) -> dict[str, Timing]:
+    """Times every model end to end, one after another, into the store.
+
+    Returns:
+        {model: timing}, in order.
+    """
+    import keras
+
+    from dlbricks_tf import timing
+
+    measured = {}
+    for i, source in enumerate(sources):
+        keras.backend.clear_session()
+        model = source.build(safe_mode)
+        measured[source.name] = timing.time_model(
+            model, settings, options, check_settings=check_settings
+        )
+        store.put_model(
+            source.name, settings, fingerprint, measured[source.name]
+        )
+        if progress is not None:
+            progress(source.name, i + 1, len(sources))
+        del model
+    return measured
+
+
+def estimate_models(
+    sources: Sequence[ModelSource],
+    granularity: int,
+    settings,
+    fingerprint,
+    store,
+    mode: str = "sequential",
+    *,
+    safe_mode: bool = True,
+) -> list[dict[str, Any]]:
+    """Estimates every model from the store's brick timings.
+
+    Returns:
+        One row per model: model, granularity, mode, estimated_ms, low_ms,
+        high_ms, bricks, noisy_bricks, and measured_ms and normalized when
+        the store holds an end-to-end timing (else None).
+
+    Raises:
+        MissingResultsError: A model has bricks without a timing.
+    """
+    from dlbricks_tf import estimate as estimate_lib
+
+    results = store.results(settings, fingerprint)
+    rows = []
+    for source in sources:
+        d = source.decompose(granularity, safe_mode)
+        est = estimate_lib.estimate(d, results, mode)
+        measured = store.get_model(source.name, settings, fingerprint)
+        m = measured.median_ms if measured else None
+        rows.append(
+            {
+                "model": source.name,
+                "granularity": granularity,
+                "mode": mode,
+                "estimated_ms": est.ms,
+                "low_ms": est.low_ms,
+                "high_ms": est.high_ms,
+                "bricks": est.bricks,
+                "noisy_bricks": len(est.noisy_signatures),
+                "measured_ms": m,
+                "normalized": est.ms / m if m else None,
+            }
+        )
+    return rows

@@ -1,0 +1,135 @@
+"""Plain-text (Markdown) tables of a job's results, for a terminal or a README.
+
+`format_report` renders report.json (see `dlbricks_tf.job`): one row per
+model and G (measured, sequential and parallel estimates, normalized
+latency), then one row per G (geomean, range, speed-up, wall-clock times).
+`format_decompositions` and `format_estimates` render the `decompose` and
+`estimate` commands' output.
+
+Example:
+    print(format_report(json.loads(Path("report.json").read_text())))
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+
+def _f(value: Any, digits: int = 3) -> str:
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return "-"
+    return f"{value:.{digits}f}"
+
+
+def format_report(report: Mapping[str, Any]) -> str:
+    """The per-model and per-G tables of a report, as Markdown.
+
+    A `repeat diff` column is added when the corpus rows carry
+    `repeat_median_rel_diff` (benchmarks/accuracy.py's recheck).
+    """
+    lines = [
+        "| model | G | measured ms | sequential ms | parallel ms "
+        "| normalized |",
+        "|---|---:|---:|---:|---:|---:|",
+    ]
+    for r in report["runs"]:
+        lines.append(
+            f"| {r['model']} | {r['granularity']} | {_f(r['measured_ms'])} "
+            f"| {_f(r['estimated_ms'])} | {_f(r['estimated_parallel_ms'])} "
+            f"| {_f(r['normalized'])} |"
+        )
+    repeat = any("repeat_median_rel_diff" in c for c in report["corpus"])
+    header = (
+        "| G | geomean | min | max | speed-up | unique bricks "
+        "| campaign s | end-to-end s |"
+    )
+    rule = "|---:|---:|---:|---:|---:|---:|---:|---:|"
+    if repeat:
+        header, rule = header + " repeat diff |", rule + "---:|"
+    lines += ["", header, rule]
+    for c in report["corpus"]:
+        line = (
+            f"| {c['granularity']} | {_f(c['geomean_normalized'])} "
+            f"| {_f(c['min_normalized'])} | {_f(c['max_normalized'])} "
+            f"| {_f(c['speedup'], 2)} "
+            f"| {c.get('unique_bricks', '-')}/{c.get('total_bricks', '-')} "
+            f"| {_f(c['campaign_wall_s'], 1)} "
+            f"| {_f(c['end_to_end_wall_s'], 1)} |"
+        )
+        if repeat:
+            line += f" {_f(c.get('repeat_median_rel_diff'))} |"
+        lines.append(line)
+    return "\n".join(lines)
+
+
+def format_decompositions(
+    decompositions: Mapping[str, Any], *, bricks: bool = True
+) -> str:
+    """Each model's bricks (layers, classes, inputs, signature) and counts.
+
+    Args:
+        decompositions: {model: Decomposition}, all at the same G.
+        bricks: List every brick, or only the counts.
+
+    Returns:
+        Markdown: a table of bricks per model, then a summary table.
+    """
+    seen: set[str] = set()
+    unique_per_model = {}
+    out = []
+    for name, d in decompositions.items():
+        sigs = [b.signature for b in d.bricks]
+        unique = set(sigs)
+        unique_per_model[name] = (len(sigs), len(unique), len(unique - seen))
+        seen.update(sigs)
+        if not bricks:
+            continue
+        out += [
+            f"## {name} (G={d.granularity}): {d.num_calls} layer calls, "
+            f"{len(d.bricks)} bricks",
+            "",
+            "| # | layers | classes | inputs | signature | reads |",
+            "|---:|---|---|---|---|---|",
+        ]
+        for i, (b, deps) in enumerate(
+            zip(d.bricks, d.dependencies, strict=True)
+        ):
+            out.append(
+                f"| {i} | {', '.join(b.layers)} | {', '.join(b.class_names)} "
+                f"| {format_inputs(b.inputs)} | {b.signature} "
+                f"| {', '.join(map(str, deps))} |"
+            )
+        out.append("")
+    out += [
+        "| model | bricks | unique in model | new to corpus |",
+        "|---|---:|---:|---:|",
+    ]
+    for name, (total, unique, new) in unique_per_model.items():
+        out.append(f"| {name} | {total} | {unique} | {new} |")
+    total = sum(t for t, _, _ in unique_per_model.values())
+    out.append(f"| (corpus) | {total} | {len(seen)} | {len(seen)} |")
+    return "\n".join(out)
+
+
+def format_inputs(specs: Sequence[Any]) -> str:
+    """Input specs as `(224, 224, 3) float32; ...` (batch left out)."""
+    return "; ".join(f"{tuple(s.shape)} {s.dtype}" for s in specs)
+
+
+def format_estimates(rows: Sequence[Mapping[str, Any]]) -> str:
+    """The `estimate` command's rows (see `job.estimate_models`)."""
+    lines = [
+        "| model | G | mode | estimated ms | low ms | high ms | measured ms "
+        "| normalized | noisy bricks |",
+        "|---|---:|---|---:|---:|---:|---:|---:|---:|",
+    ]
+    for r in rows:
+        lines.append(
+            f"| {r['model']} | {r['granularity']} | {r['mode']} "
+            f"| {_f(r['estimated_ms'])} | {_f(r['low_ms'])} "
+            f"| {_f(r['high_ms'])} | {_f(r['measured_ms'])} "
+            f"| {_f(r['normalized'])} | {r['noisy_bricks']} |"
+        )
+    return "\n".join(lines)

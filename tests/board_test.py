@@ -1,0 +1,198 @@
+"""Tests of dlbricks_tf/board.py: every TensorBoard view, read back."""
+
+import pytest
+import tensorflow as tf
+from tensorboard.backend.event_processing import event_accumulator
+from tensorboard.plugins.hparams import plugin_data_pb2
+
+import dlbricks_tf
+from dlbricks_tf import board, job
+from dlbricks_tf import suite as suite_lib
+from dlbricks_tf.stats import Timing
+from tests import models
+
+SETTINGS = {"batch_size": 1, "intra_op_threads": 2, "inter_op_threads": 1}
+
+
+def _read(path) -> event_accumulator.EventAccumulator:
+    acc = event_accumulator.EventAccumulator(
+        str(path), size_guidance={event_accumulator.TENSORS: 0}
+    )
+    acc.Reload()
+    return acc
+
+
+def _values(acc, tag) -> dict[int, float]:
+    return {
+        e.step: float(tf.make_ndarray(e.tensor_proto)) for e in acc.Tensors(tag)
+    }
+
+
+def _job():
+    """A two-model report at G=1 and G=2, with planted brick timings."""
+    chain, res = models.chain()[0], models.residual()[0]
+    runs, corpus, details = [], [], {}
+    for g in (1, 2):
+        ds = {
+            "chain": dlbricks_tf.decompose(chain, g),
+            "res/x": dlbricks_tf.decompose(res, g),
+        }
+        suite = suite_lib.build_suite(ds)
+        results = {
+            s: Timing(*[0.1] * 4, 10, 0.1, 0.1, False) for s in suite.signatures
+        }
+        for i, name in enumerate(ds):
+            runs.append(
+                {
+                    "model": name,
+                    "granularity": g,
+                    "measured_ms": 1.0 + i,
+                    "estimated_ms": 0.5 * g + i,
+                    "estimated_parallel_ms": 0.4 * g + i,
+                    "normalized": (0.5 * g + i) / (1.0 + i),
+                    "bricks": len(ds[name].bricks),
+                }
+            )
+        corpus.append(
+            {
+                "granularity": g,
+                "geomean_normalized": 0.7 + 0.1 * g,
+                "min_normalized": 0.5,
+                "max_normalized": 1.0,
+                "speedup": 2.0 * g,
+                "unique_bricks": len(suite),
+                "total_bricks": suite.total_bricks,
+                "campaign_wall_s": 1.0,
+                "end_to_end_wall_s": 2.0,
+            }
+        )
+        details[g] = job.GranularityResult(
+            runs[-2:], corpus[-1], ds, suite, results, {}
+        )
+    report = {
+        "system": {"cpu_model": "Test CPU", "id": "abc"},
+        "settings": SETTINGS,
+        "runs": runs,
+        "corpus": corpus,
+    }
+    return report, details
+
+
+@pytest.fixture(scope="module")
+def logs(tmp_path_factory):
+    log_dir = tmp_path_factory.mktemp("tb")
+    report, details = _job()
+    board.write_board(log_dir, report, details, graphs=2)
+    files = board.write_board(log_dir, report, details, graphs=2)
+    return log_dir, files, details
+
+
+def test_rewrite_replaces_the_event_files(logs):
+    log_dir, files, _ = logs
+    assert len(files) == len(set(files))
+    runs = {f.rsplit("/", 1)[0] for f in files}
+    assert len(files) == len(runs)  # One event file per run, not two.
+    assert {"models/chain", "models/res_x", "hparams", "hparams/G=1",
+            "hparams/G=2", "tables", "charts"} <= runs  # fmt: skip
+    assert sum(r.startswith("graphs/") for r in runs) == 2
+
+
+def test_model_scalars_over_g(logs):
+    log_dir, _, _ = logs
+    acc = _read(log_dir / "models" / "res_x")
+    assert set(acc.Tags()["tensors"]) == {
+        "latency/measured_ms",
+        "latency/estimated_ms",
+        "latency/estimated_parallel_ms",
+        "latency/normalized",
+    }
+    assert _values(acc, "latency/estimated_ms") == pytest.approx(
+        {1: 1.5, 2: 2.0}
+    )
+    assert _values(acc, "latency/normalized") == pytest.approx(
+        {1: 0.75, 2: 1.0}
+    )
+
+
+def test_hparams_experiment_and_sessions(logs):
+    log_dir, _, _ = logs
+    acc = _read(log_dir / "hparams")
+    content = acc.PluginTagToContent("hparams")
+    data = plugin_data_pb2.HParamsPluginData.FromString(
+        content["_hparams_/experiment"]
+    )
+    names = {h.name for h in data.experiment.hparam_infos}
+    assert names == {
+        "granularity",
+        "batch_size",
+        "intra_op_threads",
+        "inter_op_threads",
+    }
+    metrics = {m.name.tag for m in data.experiment.metric_infos}
+    assert metrics == set(board.METRICS)
+
+    session = _read(log_dir / "hparams" / "G=2")
+    start = plugin_data_pb2.HParamsPluginData.FromString(
+        session.PluginTagToContent("hparams")["_hparams_/session_start_info"]
+    ).session_start_info
+    assert start.hparams["granularity"].number_value == 2
+    assert start.hparams["intra_op_threads"].number_value == 2
+    assert _values(session, "corpus/speedup") == {2: 4.0}
+    assert _values(session, "corpus/geomean_normalized") == pytest.approx(
+        {2: 0.9}
+    )
+
+
+def test_tables_and_images(logs):
+    log_dir, _, details = logs
+    tables = _read(log_dir / "tables")
+    tags = set(tables.Tags()["tensors"])
+    assert {"results", "corpus", "system", "bricks/chain"} <= tags
+    (results,) = tables.Tensors("results")
+    text = tf.make_ndarray(results.tensor_proto).item().decode()
+    assert text.splitlines()[0].startswith("| model | granularity |")
+    assert "| res/x | 2 |" in text
+    bricks = {e.step: e for e in tables.Tensors("bricks/chain")}
+    assert set(bricks) == {1, 2}
+    text = tf.make_ndarray(bricks[2].tensor_proto).item().decode()
+    assert len(text.splitlines()) == 2 + len(
+        details[2].decompositions["chain"].bricks
+    )
+    assert details[2].decompositions["chain"].bricks[0].signature in text
+
+    charts = _read(log_dir / "charts")
+    assert set(charts.Tags()["tensors"]) == {
+        "normalized_latency",
+        "measured_vs_estimated",
+        "similarity",
+    }
+    for tag in ("normalized_latency", "similarity"):
+        steps = {e.step for e in charts.Tensors(tag)}
+        assert steps == {1, 2}
+        width, height, png = tf.make_ndarray(
+            charts.Tensors(tag)[0].tensor_proto
+        )
+        assert int(width) > 50 and int(height) > 50
+        assert png[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_brick_graphs_hold_layer_scopes(logs):
+    log_dir, files, details = logs
+    graph_runs = sorted(
+        {f.rsplit("/", 1)[0] for f in files if f.startswith("graphs/")}
+    )
+    acc = _read(log_dir / graph_runs[0])
+    assert acc.Tags()["graph"]
+    graph = acc.Graph()
+    ops = {n.op for n in graph.node}
+    assert "Conv2D" in ops or "_FusedConv2D" in ops
+    # The largest brick of the last G comes first: its layers are scopes.
+    largest = max(details[2].suite.entries, key=lambda e: len(e.brick.layers))
+    assert len(largest.brick.layers) == 2
+    names = " ".join(n.name for n in graph.node)
+    for layer in largest.brick.layers:
+        assert layer.replace("/", "__") in names
+
+
+if __name__ == "__main__":
+    raise SystemExit(pytest.main([__file__, "-q"]))

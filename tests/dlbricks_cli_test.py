@@ -1,0 +1,265 @@
+"""Tests of tools/dlbricks.py: the command line, run as a subprocess.
+
+Tiny models saved to .keras files, tight timing caps: the checks are exit
+codes, the one-line errors, the files written, the TensorBoard event files
+read back, and the real TensorBoard server asked for its runs and tags.
+"""
+
+import json
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+import pytest
+import tensorflow as tf
+from tensorboard.backend.event_processing import event_accumulator
+
+from tests import models
+
+ROOT = Path(__file__).resolve().parent.parent
+FAST = [
+    "--min_samples=3",
+    "--max_samples=5",
+    "--max_seconds=0.2",
+    "--target_sample_ms=0.5",
+    "--intra_op_threads=1",
+]
+
+
+def dlbricks(*args, cwd=None) -> subprocess.CompletedProcess:
+    env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2"}
+    env["PYTHONPATH"] = os.pathsep.join([str(ROOT), env.get("PYTHONPATH", "")])
+    return subprocess.run(
+        [sys.executable, "-m", "tools.dlbricks", *args],
+        cwd=cwd or ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+
+
+@pytest.fixture(scope="module")
+def files(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("models")
+    paths = []
+    for builder in (models.chain, models.residual):
+        model = builder()[0]
+        paths.append(str(folder / f"{model.name}.keras"))
+        model.save(paths[-1])
+    return paths
+
+
+@pytest.fixture(scope="module")
+def ran(files, tmp_path_factory):
+    out = tmp_path_factory.mktemp("run") / "out"
+    proc = dlbricks(
+        "run",
+        f"--models={','.join(files)}",
+        "--granularity=1,2",
+        f"--out={out}",
+        "--graphs=1",
+        *FAST,
+    )
+    assert proc.returncode == 0, proc.stderr
+    return out, proc
+
+
+def test_run_writes_store_report_and_logs(ran):
+    out, proc = ran
+    assert proc.stderr == ""
+    lines = proc.stdout.splitlines()
+    assert (
+        lines[-1] == f"TensorBoard: tensorboard --logdir {out / 'tensorboard'}"
+    )
+    assert "| model | G | measured ms | sequential ms | parallel ms " in (
+        proc.stdout
+    )
+    report = json.loads((out / "report.json").read_text())
+    assert [(r["model"], r["granularity"]) for r in report["runs"]] == [
+        ("chain", 1),
+        ("residual", 1),
+        ("chain", 2),
+        ("residual", 2),
+    ]
+    for r in report["runs"]:
+        assert r["normalized"] == pytest.approx(
+            r["estimated_ms"] / r["measured_ms"]
+        )
+        assert (
+            f"| {r['model']} | {r['granularity']} | {r['measured_ms']:.3f} |"
+            in proc.stdout
+        )
+    assert [c["granularity"] for c in report["corpus"]] == [1, 2]
+    assert report["settings"]["intra_op_threads"] == 1
+    assert (out / "store.sqlite").is_file()
+
+
+def test_event_files_hold_the_report(ran):
+    out, _ = ran
+    report = json.loads((out / "report.json").read_text())
+    acc = event_accumulator.EventAccumulator(
+        str(out / "tensorboard" / "models" / "chain"),
+        size_guidance={event_accumulator.TENSORS: 0},
+    )
+    acc.Reload()
+    measured = {
+        e.step: float(tf.make_ndarray(e.tensor_proto))
+        for e in acc.Tensors("latency/measured_ms")
+    }
+    assert measured == pytest.approx(
+        {
+            r["granularity"]: r["measured_ms"]
+            for r in report["runs"]
+            if r["model"] == "chain"
+        }
+    )
+    runs = {
+        str(p.parent.relative_to(out / "tensorboard"))
+        for p in (out / "tensorboard").glob("**/events.out.tfevents.*")
+    }
+    assert {"models/chain", "models/residual", "hparams", "hparams/G=1",
+            "hparams/G=2", "tables", "charts"} <= runs  # fmt: skip
+    assert sum(r.startswith("graphs/") for r in runs) == 1
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _get_json(url: str):
+    with urllib.request.urlopen(url, timeout=5) as response:
+        return json.loads(response.read())
+
+
+def test_tensorboard_server_serves_the_runs_and_tags(ran):
+    out, _ = ran
+    port = _free_port()
+    server = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "tensorboard.main",
+            f"--logdir={out / 'tensorboard'}",
+            "--host=127.0.0.1",
+            f"--port={port}",
+            "--load_fast=false",
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    base = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 60
+        runs = []
+        while time.monotonic() < deadline:
+            assert server.poll() is None, "TensorBoard exited early"
+            try:
+                runs = _get_json(f"{base}/data/runs")
+            except OSError:
+                runs = []
+            if "models/chain" in runs and "charts" in runs:
+                break
+            time.sleep(0.5)
+        assert {"models/chain", "models/residual", "tables"} <= set(runs)
+        scalars = _get_json(f"{base}/data/plugin/scalars/tags")
+        assert "latency/normalized" in scalars["models/chain"]
+        assert "corpus/speedup" in scalars["hparams/G=2"]
+        text = _get_json(f"{base}/data/plugin/text/tags")
+        assert "results" in text["tables"]
+        images = _get_json(f"{base}/data/plugin/images/tags")
+        assert "similarity" in images["charts"]
+        graphs = _get_json(f"{base}/data/plugin/graphs/info")
+        assert any(r.startswith("graphs/") for r in graphs)
+    finally:
+        server.terminate()
+        try:
+            server.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            server.kill()
+            server.wait()
+
+
+def test_decompose_estimate_and_merge(ran, files, tmp_path):
+    out, _ = ran
+    proc = dlbricks("decompose", f"--models={files[0]}", "--granularity=2")
+    assert proc.returncode == 0, proc.stderr
+    assert "## chain (G=2)" in proc.stdout
+    assert "| (corpus) |" in proc.stdout
+
+    db = out / "store.sqlite"
+    proc = dlbricks(
+        "estimate",
+        f"--models={','.join(files)}",
+        f"--db={db}",
+        "--mode=parallel",
+        "--intra_op_threads=1",
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert "| chain | 1 | parallel |" in proc.stdout
+    assert "| residual | 1 | parallel |" in proc.stdout
+
+    copy = tmp_path / "copy.sqlite"
+    shutil.copy(db, copy)
+    merged = tmp_path / "merged.sqlite"
+    proc = dlbricks("merge", f"--db={merged}", str(copy), str(db))
+    assert proc.returncode == 0, proc.stderr
+    added = [int(line.split(": ")[1].split()[0]) for line in
+             proc.stdout.splitlines() if "result(s) added" in line]  # fmt: skip
+    assert added[0] > 0 and added[1] == 0  # The second copy adds nothing.
+
+
+def test_bench_measure_then_estimate(files, tmp_path):
+    db = tmp_path / "s.sqlite"
+    common = [f"--models={files[0]}", f"--db={db}", *FAST]
+    proc = dlbricks("bench", *common)
+    assert proc.returncode == 0, proc.stderr
+    assert "G=1: timed" in proc.stdout
+    proc = dlbricks("measure", *common)
+    assert proc.returncode == 0, proc.stderr
+    assert "| chain |" in proc.stdout
+    proc = dlbricks("estimate", *common)
+    assert proc.returncode == 0, proc.stderr
+    row = next(x for x in proc.stdout.splitlines() if x.startswith("| chain"))
+    cells = [c.strip() for c in row.strip("|").split("|")]
+    assert float(cells[3]) > 0 and float(cells[6]) > 0  # estimate, measured
+
+
+@pytest.mark.parametrize(
+    "args, code, words",
+    [
+        (["--granularity=0"], 2, "--granularity"),
+        (["--batch_size=0"], 2, "batch_size"),
+        (["bogus"], 2, "Unknown command 'bogus'"),
+        (["--models=NoSuchNet"], 1, "Unknown model 'NoSuchNet'"),
+        (["--models=/no/such/model.keras"], 1, "does not exist"),
+        (["estimate", "--db=/no/such/store.sqlite"], 1, "does not exist"),
+    ],
+)
+def test_bad_input_is_one_line(args, code, words, tmp_path):
+    proc = dlbricks(*args, f"--out={tmp_path / 'out'}")
+    assert proc.returncode == code
+    assert proc.stderr.startswith("dlbricks: error: ")
+    assert len(proc.stderr.splitlines()) == 1, proc.stderr
+    assert words in proc.stderr
+    assert "Traceback" not in proc.stderr
+
+
+def test_corrupt_model_file_is_one_line(tmp_path):
+    bad = tmp_path / "bad.keras"
+    bad.write_bytes(b"not a zip archive")
+    proc = dlbricks("decompose", f"--models={bad}")
+    assert proc.returncode == 1
+    assert len(proc.stderr.splitlines()) == 1, proc.stderr
+    assert "bad.keras" in proc.stderr
+
+
+if __name__ == "__main__":
+    raise SystemExit(pytest.main([__file__, "-q"]))

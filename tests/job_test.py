@@ -1,0 +1,181 @@
+"""Tests of dlbricks_tf/job.py: the whole job on two tiny models.
+
+Brick timings are planted in the store where a test needs exact numbers
+(the estimate is then their sum); whole models are timed for real with
+tight caps, and only the shape of what comes out is checked.
+"""
+
+import json
+import math
+
+import pytest
+
+from dlbricks_tf import job, timing
+from dlbricks_tf import settings as settings_lib
+from dlbricks_tf.fingerprint import system_fingerprint
+from dlbricks_tf.stats import Timing
+from dlbricks_tf.store import Store
+from tests import models
+
+FAST = timing.TimingOptions(
+    min_samples=3, max_samples=5, max_seconds=0.2, target_sample_ms=0.5
+)
+SETTINGS = settings_lib.RunSettings(
+    1, 1, 1, onednn=settings_lib.onednn_enabled()
+)
+FP = system_fingerprint()
+
+
+@pytest.fixture(scope="module")
+def files(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("models")
+    paths = {}
+    for name, builder in (("chain", models.chain), ("res", models.residual)):
+        paths[name] = str(folder / f"{name}.keras")
+        builder()[0].save(paths[name])
+    return paths
+
+
+def _timing(ms: float) -> Timing:
+    return Timing(ms, ms, ms, ms, 10, ms, ms, False)
+
+
+def test_resolve_models_names_and_files(files, tmp_path):
+    other = tmp_path / "chain.keras"
+    other.write_bytes(b"")
+    sources = job.resolve_models(["ResNet50", files["chain"], str(other)])
+    assert [s.name for s in sources] == ["ResNet50", "chain", "chain-2"]
+    assert sources[0].path is None
+    assert sources[1].path == files["chain"]
+
+
+@pytest.mark.parametrize(
+    "spec, message",
+    [
+        ("ResNet51", "Unknown model 'ResNet51'"),
+        ("missing/model.keras", "does not exist"),
+        ("nope.h5", "does not exist"),
+    ],
+)
+def test_resolve_models_refuses_bad_specs(spec, message):
+    with pytest.raises(job.ModelSourceError, match=message):
+        job.resolve_models([spec])
+
+
+def test_resolve_models_needs_a_model():
+    with pytest.raises(job.ModelSourceError, match="No models"):
+        job.resolve_models([])
+
+
+def test_build_refuses_a_corrupt_file(tmp_path):
+    bad = tmp_path / "bad.keras"
+    bad.write_bytes(b"not a zip")
+    (source,) = job.resolve_models([str(bad)])
+    with pytest.raises(job.ModelSourceError, match="bad.keras"):
+        source.build()
+
+
+def test_run_job_uses_stored_bricks(files, tmp_path):
+    sources = job.resolve_models([files["chain"], files["res"]])
+    brick_ms = 0.25
+    with Store(tmp_path / "s.sqlite") as store:
+        counts = {}
+        for s in sources:
+            d = s.decompose(1)
+            counts[s.name] = len(d.bricks)
+            for b in d.bricks:
+                store.put(b.signature, SETTINGS, FP, _timing(brick_ms))
+        calls = []
+        report, details = job.run_job(
+            sources,
+            [1],
+            SETTINGS,
+            store,
+            FAST,
+            fingerprint=FP,
+            report_path=tmp_path / "report.json",
+            check_settings=False,
+            progress=lambda *a: calls.append(a),
+        )
+        stored = {
+            s.name: store.get_model(s.name, SETTINGS, FP) for s in sources
+        }
+    # Only the two whole models were timed: every brick was stored.
+    assert calls[0] == ("chain", 0, 2)
+    assert calls[-1] == ("res", 2, 2)
+    assert [r["new_unique_bricks"] for r in report["runs"]] == [0, 0]
+    for row in report["runs"]:
+        assert row["estimated_ms"] == pytest.approx(
+            brick_ms * counts[row["model"]]
+        )
+        assert row["measured_ms"] == stored[row["model"]].median_ms
+        assert row["normalized"] == pytest.approx(
+            row["estimated_ms"] / row["measured_ms"]
+        )
+        assert row["estimated_parallel_ms"] <= row["estimated_ms"] + 1e-9
+    (corpus,) = report["corpus"]
+    assert corpus["granularity"] == 1
+    assert corpus["unique_bricks"] == len(details[1].suite)
+    assert corpus["total_bricks"] == sum(counts.values())
+    normalized = [r["normalized"] for r in report["runs"]]
+    assert corpus["geomean_normalized"] == pytest.approx(
+        math.sqrt(normalized[0] * normalized[1])
+    )
+    on_disk = json.loads((tmp_path / "report.json").read_text())
+    assert on_disk["runs"] == report["runs"]
+    assert on_disk["system"]["id"] == FP.id
+
+
+def test_run_job_times_missing_bricks_and_stores_them(files, tmp_path):
+    sources = job.resolve_models([files["chain"]])
+    with Store(":memory:") as store:
+        report, details = job.run_job(
+            sources,
+            [1, 2],
+            SETTINGS,
+            store,
+            FAST,
+            fingerprint=FP,
+            check_settings=False,
+        )
+        for g in (1, 2):
+            sigs = details[g].suite.signatures
+            assert store.missing(sigs, SETTINGS, FP, accept_noisy=True) == []
+    assert [c["granularity"] for c in report["corpus"]] == [1, 2]
+    for row in report["runs"]:
+        assert row["estimated_ms"] > 0 and row["measured_ms"] > 0
+        assert row["new_unique_bricks"] >= 1
+
+
+def test_measure_and_estimate_models(files):
+    sources = job.resolve_models([files["chain"]])
+    with Store(":memory:") as store:
+        with pytest.raises(job.errors.Error, match="no timing"):
+            job.estimate_models(sources, 1, SETTINGS, FP, store)
+        d = sources[0].decompose(1)
+        for b in d.bricks:
+            store.put(b.signature, SETTINGS, FP, _timing(0.5))
+        (row,) = job.estimate_models(sources, 1, SETTINGS, FP, store)
+        assert row["estimated_ms"] == pytest.approx(0.5 * len(d.bricks))
+        assert row["measured_ms"] is None and row["normalized"] is None
+        measured = job.measure_models(
+            sources, SETTINGS, FP, store, FAST, check_settings=False
+        )
+        (row,) = job.estimate_models(
+            sources, 1, SETTINGS, FP, store, "parallel"
+        )
+    assert row["measured_ms"] == measured["chain"].median_ms
+    assert row["normalized"] == pytest.approx(
+        row["estimated_ms"] / row["measured_ms"]
+    )
+
+
+def test_write_report_replaces_non_finite_numbers(tmp_path):
+    job.write_report({"runs": [{"normalized": math.inf}]}, tmp_path / "r")
+    assert json.loads((tmp_path / "r").read_text()) == {
+        "runs": [{"normalized": None}]
+    }
+
+
+if __name__ == "__main__":
+    raise SystemExit(pytest.main([__file__, "-q"]))

@@ -1,0 +1,97 @@
+"""Tests of dlbricks_tf/report.py: the text tables of a job."""
+
+import pytest
+
+import dlbricks_tf
+from dlbricks_tf import report
+from tests import models
+
+REPORT = {
+    "runs": [
+        {
+            "model": "a",
+            "granularity": 1,
+            "measured_ms": 2.0,
+            "estimated_ms": 1.9,
+            "estimated_parallel_ms": 1.5,
+            "normalized": 0.95,
+        },
+        {
+            "model": "b",
+            "granularity": 1,
+            "measured_ms": 4.0,
+            "estimated_ms": 4.4,
+            "estimated_parallel_ms": 4.4,
+            "normalized": 1.1,
+        },
+    ],
+    "corpus": [
+        {
+            "granularity": 1,
+            "geomean_normalized": 1.0223,
+            "min_normalized": 0.95,
+            "max_normalized": 1.1,
+            "speedup": 3.456,
+            "unique_bricks": 7,
+            "total_bricks": 12,
+            "campaign_wall_s": 10.04,
+            "end_to_end_wall_s": 20.0,
+        }
+    ],
+}
+
+
+def test_format_report():
+    lines = report.format_report(REPORT).splitlines()
+    assert lines[2] == "| a | 1 | 2.000 | 1.900 | 1.500 | 0.950 |"
+    assert lines[3] == "| b | 1 | 4.000 | 4.400 | 4.400 | 1.100 |"
+    assert lines[-1] == (
+        "| 1 | 1.022 | 0.950 | 1.100 | 3.46 | 7/12 | 10.0 | 20.0 |"
+    )
+    assert "repeat diff" not in lines[-3]
+
+
+def test_format_report_adds_the_repeat_column():
+    corpus = [{**REPORT["corpus"][0], "repeat_median_rel_diff": 0.0123}]
+    text = report.format_report({**REPORT, "corpus": corpus})
+    assert text.splitlines()[-3].endswith("| repeat diff |")
+    assert text.splitlines()[-1].endswith("| 0.012 |")
+
+
+def test_format_decompositions_lists_bricks_and_counts():
+    model, _ = models.chain()
+    d = dlbricks_tf.decompose(model, granularity=1)
+    text = report.format_decompositions({"x": d, "y": d})
+    assert f"## x (G=1): {d.num_calls} layer calls" in text
+    first = d.bricks[0]
+    assert f"| 0 | {first.layers[0]} | {first.class_names[0]} |" in text
+    assert "(16, 16, 3) float32" in text
+    unique = len({b.signature for b in d.bricks})
+    lines = text.splitlines()
+    assert lines[-3] == f"| x | {len(d.bricks)} | {unique} | {unique} |"
+    assert lines[-2] == f"| y | {len(d.bricks)} | {unique} | 0 |"
+    assert (
+        lines[-1] == f"| (corpus) | {2 * len(d.bricks)} | {unique} | {unique} |"
+    )
+    assert "## x" not in report.format_decompositions({"x": d}, bricks=False)
+
+
+def test_format_estimates_shows_missing_measurements_as_dashes():
+    row = {
+        "model": "a",
+        "granularity": 2,
+        "mode": "parallel",
+        "estimated_ms": 1.0,
+        "low_ms": 0.9,
+        "high_ms": 1.2,
+        "measured_ms": None,
+        "normalized": None,
+        "noisy_bricks": 1,
+    }
+    assert report.format_estimates([row]).splitlines()[-1] == (
+        "| a | 2 | parallel | 1.000 | 0.900 | 1.200 | - | - | 1 |"
+    )
+
+
+if __name__ == "__main__":
+    raise SystemExit(pytest.main([__file__, "-q"]))

@@ -1,0 +1,1 @@
+"""Command-line tools of dlbricks_tf (thin absl apps over the package)."""
