@@ -1,19 +1,26 @@
 """CPU timing harness for Keras models: bricks and whole models alike.
 
-One sample runs the model K times inside a single `tf.function` call (the
-loop of `dlbricks_tf.timing_loop`), so the `tf.function` dispatch overhead
-(0.2-0.4 ms here, more than many single layers) is paid once per K calls
-instead of once per call. The overhead of a call that runs the loop zero
-times is measured and subtracted, and so is the per-call cost of the loop
-machinery itself (measured once per process on an empty model), so what
-remains is the model's own time per call. K is chosen so a sample lasts a
-few ms. Inputs and weights may rotate through several copies so that
-consecutive calls do not find them hot in cache.
+Samples are timed inside the graph: one `tf.function` call (the loop of
+`dlbricks_tf.timing_loop.sampled_function`) takes S samples, each running
+the model K times between two `tf.timestamp()` reads. The `tf.function`
+dispatch (1-2 ms on a busy machine, more than many single layers) is paid
+once per S samples and enters none of them. What the timing machinery
+still costs is measured and subtracted: the per-call cost of the loop and
+its timestamps (about 9 us here, measured once per process on an empty
+model) and, under XLA only, the duration of an empty sample (a compiled
+loop of no iteration between two timestamps; without XLA it is 0 by
+construction). K is chosen so a sample lasts about `target_sample_ms`
+(1 ms: timestamps have microsecond resolution, and there is no dispatch to
+amortise). S is at most `samples_per_call`, fewer for long samples (a
+whole model) so that interleaved timers take turns. Inputs and weights may
+rotate through several copies so that consecutive calls do not find them
+hot in cache.
 
-Sampling is adaptive: samples are taken until the median's 95% interval is
-within `precision` of the median, or a cap is hit (the result is then
-flagged noisy). `Timer` exposes single samples so that bricks and whole
-models can be measured in interleaved rounds, close together in time.
+Sampling is adaptive: batches of samples are taken until the median's 95%
+interval is within `precision` of the median, or a cap is hit (the result
+is then flagged noisy). `Timer` exposes batches (`sample()`) so that bricks
+and whole models can be measured in interleaved rounds, close together in
+time.
 
 Example:
     timing = time_model(model, RunSettings.default(batch_size=1))
@@ -51,10 +58,13 @@ class TimingOptions:
         min_samples: Never stop before this many samples.
         max_samples: Stop (noisy) after this many samples.
         max_seconds: Stop (noisy) after this much sampling time.
-        target_sample_ms: Choose K so one sample lasts about this long (and
-            at least ten times the measured dispatch overhead).
+        target_sample_ms: Choose K so one sample lasts about this long.
+        samples_per_call: Samples taken by one `tf.function` call (S), at
+            most; fewer if they would last over `max_call_ms`.
+        max_call_ms: Wanted upper bound of one call's duration, so that
+            interleaved timers take turns often; at least one sample.
         max_calls_per_sample: Upper bound on K.
-        warmup_calls: Untimed one-iteration calls after tracing.
+        warmup_calls: Untimed one-iteration samples after tracing.
         input_copies: Random input sets the loop rotates through.
         weight_copies: Copies of the model, each with its own fresh
             weights, the loop rotates through: more copies keep a small
@@ -70,7 +80,9 @@ class TimingOptions:
     min_samples: int = 10
     max_samples: int = 200
     max_seconds: float = 10.0
-    target_sample_ms: float = 5.0
+    target_sample_ms: float = 1.0
+    samples_per_call: int = 20
+    max_call_ms: float = 40.0
     max_calls_per_sample: int = 10_000
     warmup_calls: int = 2
     input_copies: int = 1
@@ -90,12 +102,12 @@ def _fresh_copy(model: keras.Model) -> keras.Model:
 
 
 class Timer:
-    """Times one model under fixed settings, one sample at a time.
+    """Times one model under fixed settings, one batch of samples at a time.
 
     Construct one per brick or model; call `sample()` until `done`, then
     `result()`. Several timers may be sampled in interleaved rounds (see
     `time_interleaved`). The first `sample()` traces, warms up, measures the
-    dispatch overhead and chooses K.
+    overheads and chooses K and S.
 
     Args:
         model: A built Keras model; its inputs need fixed shapes except the
@@ -153,51 +165,68 @@ class Timer:
             tf.constant(np.stack([s[n] for s in sets]))
             for n in range(len(specs))
         ]
-        self._run = timing_loop.looped_function(
+        self._run = timing_loop.sampled_function(
             models, specs, input_copies, settings.jit_compile
         )
         self._samples: list[float] = []
         self._sampling_s = 0.0
+        self._dispatches = 0
         self._n = 0  # Loop iterations per sample; K = n * copies.
+        self._s = 0  # Samples per call.
         self._dispatch_ms = 0.0
+        self._empty_ms = 0.0
         self._loop_ms = 0.0
 
-    def run_ms(self, iterations: int) -> float:
-        """Returns the wall-clock ms of one call of `iterations` iterations.
+    def durations_ms(self, iterations: int, samples: int) -> list[float]:
+        """Runs one call of `samples` samples; returns their raw durations.
 
-        Each iteration makes `calls_per_iteration` model calls; the
-        dispatch is included. For calibration checks: `sample()` is the
-        measurement.
+        Each sample runs `iterations` loop iterations of
+        `calls_per_iteration` model calls; nothing is subtracted.
         """
-        count = tf.constant(iterations, tf.int32)
+        durations, _ = self._run(
+            self._inputs, tf.constant(iterations), tf.constant(samples)
+        )
+        return (durations.numpy() * 1e3).tolist()
+
+    def run_ms(self, iterations: int) -> float:
+        """Returns the wall-clock ms of one call of one sample.
+
+        The dispatch is included. For calibration checks: `sample()` is
+        the measurement.
+        """
         start = time.perf_counter()
-        self._run(self._inputs, count).numpy()
+        self.durations_ms(iterations, 1)
         return (time.perf_counter() - start) * 1e3
 
     def _prepare(self) -> None:
         opts = self.options
         self.run_ms(1)  # Traces and instantiates the function.
-        warm = [self.run_ms(1) for _ in range(max(1, opts.warmup_calls))]
-        self._dispatch_ms = stats.median([self.run_ms(0) for _ in range(5)])
+        warm = self.durations_ms(1, max(1, opts.warmup_calls))
+        self._dispatch_ms = stats.median([self.run_ms(0) for _ in range(2)])
+        if self.settings.jit_compile:  # Else an empty sample lasts 0.
+            self._empty_ms = stats.median(self.durations_ms(0, 5))
         if opts.subtract_loop_overhead:
             self._loop_ms = timing_loop.loop_overhead_ms(
                 self.settings, self._copies
             )
-        # A sample lasts at least ten dispatches, so the dispatch's own
-        # jitter stays small next to what is left after subtracting it.
-        target_ms = max(opts.target_sample_ms, 10 * self._dispatch_ms)
+        target_ms = opts.target_sample_ms
         most = max(1, opts.max_calls_per_sample // self._copies)
 
-        def iterations_for(elapsed_ms: float, n: int) -> int:
-            per_iteration = max((elapsed_ms - self._dispatch_ms) / n, 1e-4)
+        def iterations_for(sample_ms: float, n: int) -> int:
+            per_iteration = max((sample_ms - self._empty_ms) / n, 1e-4)
             return int(min(max(math.ceil(target_ms / per_iteration), 1), most))
 
         # Guess from one iteration, then correct once at the guessed length
         # (which also warms the loop up at its final length).
         n = iterations_for(min(warm), 1)
         if n > 1:
-            n = iterations_for(self.run_ms(n), n)
+            n = iterations_for(stats.median(self.durations_ms(n, 2)), n)
         self._n = n
+        # A long sample (a whole model) is taken a few at a time, so that
+        # interleaved timers sample it at many moments, not in one burst.
+        sample_ms = max(target_ms, min(warm) * n)
+        by_time = int(opts.max_call_ms // sample_ms)
+        self._s = max(1, min(opts.samples_per_call, by_time))
 
     @property
     def calls_per_iteration(self) -> int:
@@ -206,8 +235,13 @@ class Timer:
 
     @property
     def dispatch_ms(self) -> float:
-        """Measured ms of a call that runs no iteration (0 before sampling)."""
+        """Wall-clock ms of a call taking one empty sample (0 before)."""
         return self._dispatch_ms
+
+    @property
+    def empty_sample_ms(self) -> float:
+        """Measured duration of a sample of no call (0 before sampling)."""
+        return self._empty_ms
 
     @property
     def calls_per_sample(self) -> int:
@@ -215,21 +249,46 @@ class Timer:
         return self._n * self._copies
 
     @property
+    def samples_per_call(self) -> int:
+        """S, the samples one dispatch takes (0 before the first sample)."""
+        return self._s
+
+    @property
+    def dispatches(self) -> int:
+        """Calls of the timed function made by `sample()` so far."""
+        return self._dispatches
+
+    @property
+    def overhead_per_call_ms(self) -> float:
+        """Machinery cost subtracted from each sample, per model call."""
+        calls = self.calls_per_sample
+        return self._empty_ms / calls + self._loop_ms if calls else 0.0
+
+    @property
     def samples(self) -> tuple[float, ...]:
         """Samples so far, in ms per call."""
         return tuple(self._samples)
 
-    def sample(self) -> float:
-        """Takes one sample and returns it, in ms per call."""
+    def sample(self) -> list[float]:
+        """Takes one batch of samples (one call); returns them, ms per call.
+
+        The batch has S samples, fewer if `max_samples` is closer.
+        """
         if not self._n:
             self._prepare()
-        elapsed = self.run_ms(self._n)
-        self._sampling_s += elapsed / 1e3
-        calls = self._n * self._copies
-        per_call = (elapsed - self._dispatch_ms) / calls - self._loop_ms
-        per_call = max(per_call, 0.0)
-        self._samples.append(per_call)
-        return per_call
+        count = min(self._s, self.options.max_samples - len(self._samples))
+        count = max(count, 1)
+        start = time.perf_counter()
+        durations = self.durations_ms(self._n, count)
+        self._sampling_s += time.perf_counter() - start
+        self._dispatches += 1
+        calls = self.calls_per_sample
+        batch = [
+            max((d - self._empty_ms) / calls - self._loop_ms, 0.0)
+            for d in durations
+        ]
+        self._samples += batch
+        return batch
 
     @property
     def settled(self) -> bool:
@@ -257,6 +316,10 @@ class Timer:
     def result(self) -> stats.Timing:
         """Summarises the samples; noisy unless settled.
 
+        `dispatch_ms` is the wall-clock dispatch (not in any sample, see
+        `dlbricks_tf.estimate`); `loop_overhead_ms` is all that was
+        subtracted per call (empty sample over K, plus the loop's cost).
+
         Raises:
             MeasurementError: If no sample was taken.
         """
@@ -269,7 +332,7 @@ class Timer:
             noisy=not self.settled,
             calls_per_sample=self.calls_per_sample,
             dispatch_ms=self._dispatch_ms,
-            loop_overhead_ms=self._loop_ms,
+            loop_overhead_ms=self.overhead_per_call_ms,
         )
 
 
@@ -303,9 +366,9 @@ def time_model(
 def time_interleaved(timers: Sequence[Timer]) -> list[stats.Timing]:
     """Samples timers in rounds until each is done; returns their results.
 
-    Each round takes one sample of every timer that is not done yet, so
-    measurements that will be compared (bricks and their whole model) are
-    taken close together in time on a noisy machine.
+    Each round takes one batch of samples of every timer that is not done
+    yet, so measurements that will be compared (bricks and their whole
+    model) are taken close together in time on a noisy machine.
 
     Args:
         timers: Timers to sample.

@@ -1,8 +1,9 @@
 """Tests for dlbricks_tf/timing.py.
 
 No test asserts a speed: timings on a shared machine are noise. The tests
-check the protocol (positive, consistent statistics, sample counts, the
-loop running the model exactly K times) on tiny models.
+check the protocol (positive, consistent statistics, sample counts, batches
+of S samples per call, the loop running the model exactly S x K times) on
+tiny models.
 """
 
 import dataclasses
@@ -38,9 +39,23 @@ FAST = timing.TimingOptions(
     min_samples=5,
     max_samples=12,
     max_seconds=0.5,
-    target_sample_ms=1.0,
+    target_sample_ms=0.2,
+    samples_per_call=4,
     warmup_calls=1,
 )
+
+
+class _Counter(layers.Layer):
+    """Counts its calls in a variable."""
+
+    def build(self, input_shape):
+        self.calls = self.add_weight(
+            shape=(), initializer="zeros", dtype="int32", trainable=False
+        )
+
+    def call(self, x):
+        self.calls.assign_add(1)
+        return x
 
 
 def _tiny():
@@ -57,8 +72,8 @@ def test_time_model_statistics_are_consistent():
         t = timing.time_model(_tiny(), SETTINGS, FAST)
     else:  # time_model insists on the pools matching the settings.
         t = timing.time_interleaved([_timer(_tiny())])[0]
-    # Samples are clamped at 0 if a preempted dispatch was slower than the
-    # one subtracted; the median stays positive.
+    # Samples are clamped at 0 if a sample was faster than the overhead
+    # subtracted; the median stays positive.
     assert 0 <= t.min_ms <= t.median_ms <= t.max_ms
     assert t.median_ms > 0
     assert t.min_ms <= t.trimmed_mean_ms <= t.max_ms
@@ -67,6 +82,49 @@ def test_time_model_statistics_are_consistent():
     assert t.samples >= FAST.min_samples or t.noisy
     assert t.calls_per_sample >= 1
     assert t.dispatch_ms > 0 and t.loop_overhead_ms >= 0
+
+
+def test_a_sample_call_takes_a_batch_and_runs_s_times_k_calls():
+    x = keras.Input((8,))
+    counter = _Counter()
+    model = keras.Model(x, layers.Dense(4)(counter(x)))
+    timer = _timer(model)
+    timer.sample()  # Prepares: traces, warms up, calibrates.
+    k, s = timer.calls_per_sample, timer.samples_per_call
+    assert k >= 1 and 1 <= s <= FAST.samples_per_call
+    before = int(counter.calls.numpy())
+    batch = timer.sample()
+    assert int(counter.calls.numpy()) - before == s * k
+    assert len(batch) == s and all(b >= 0 for b in batch)
+    assert timer.samples[-s:] == tuple(batch)
+    assert timer.dispatches == 2
+    assert timer.empty_sample_ms >= 0 and timer.dispatch_ms > 0
+
+
+def test_more_samples_per_call_need_fewer_calls():
+    one = dataclasses.replace(FAST, samples_per_call=1, precision=0.0)
+    many = dataclasses.replace(FAST, samples_per_call=6, precision=0.0)
+    a, b = _timer(_tiny(), one), _timer(_tiny(), many)
+    timing.time_interleaved([a, b])
+    # precision 0 never settles (unless the absolute bound is met): both
+    # run to max_samples or max_seconds.
+    assert len(b.samples) % 6 == 0 or len(b.samples) == FAST.max_samples
+    assert a.dispatches == len(a.samples)
+    assert b.dispatches <= -(-len(b.samples) // 6) + 1
+    if len(a.samples) == len(b.samples) == FAST.max_samples:
+        assert b.dispatches < a.dispatches
+
+
+def test_batches_stop_at_max_samples():
+    options = dataclasses.replace(
+        FAST, samples_per_call=5, max_samples=7, precision=0.0,
+        absolute_precision_ms=0.0, max_seconds=60.0,
+    )  # fmt: skip
+    timer = _timer(_tiny(), options)
+    while not timer.done:
+        timer.sample()
+    assert len(timer.samples) == 7 and timer.dispatches == 2
+    assert timer.result().noisy
 
 
 def test_calls_per_sample_is_a_multiple_of_the_copies():
@@ -81,7 +139,7 @@ def test_calls_per_sample_is_a_multiple_of_the_copies():
 def test_weight_copies_rotate_fresh_models():
     options = dataclasses.replace(FAST, weight_copies=3, input_copies=2)
     timer = _timer(_tiny(), options)
-    assert timer.sample() >= 0
+    assert all(s >= 0 for s in timer.sample())
     assert timer.calls_per_sample % 3 == 0
     assert timer.result().calls_per_sample == timer.calls_per_sample
 
@@ -102,8 +160,15 @@ def test_multi_input_multi_output_and_int_inputs():
     e = layers.Flatten()(layers.Embedding(4, 2)(ids))
     model = keras.Model([ids, feats], [e, layers.Dense(2)(feats)])
     timer = _timer(model)
-    assert timer.sample() >= 0
-    assert len(timer.samples) == 1
+    batch = timer.sample()
+    assert all(s >= 0 for s in batch)
+    assert len(timer.samples) == len(batch) == timer.samples_per_call
+
+
+def test_jit_compile_is_timed():
+    settings = dataclasses.replace(SETTINGS, jit_compile=True)
+    timer = timing.Timer(_tiny(), settings, FAST, check_settings=CHECKED)
+    assert all(s >= 0 for s in timer.sample())
 
 
 def test_result_before_sampling_raises():
