@@ -26,6 +26,14 @@ from dlbricks_tf import errors
 from dlbricks_tf.stats import Timing
 
 MODES = ("sequential", "parallel")
+# Which statistic of each brick's timing an estimate adds up. The median is
+# the default; the minimum resists a machine's slow phases (compare it with
+# the whole model's minimum).
+STATISTICS = {
+    "median": "median_ms",
+    "min": "min_ms",
+    "trimmed_mean": "trimmed_mean_ms",
+}
 
 
 class MissingResultsError(errors.Error):
@@ -87,6 +95,7 @@ def estimate(
     mode: str = "sequential",
     *,
     call_overhead_ms: float = 0.0,
+    statistic: str = "median",
 ) -> Estimate:
     """Estimates a model's latency from its bricks' timings.
 
@@ -101,6 +110,8 @@ def estimate(
             `tf.function` dispatch (see `dlbricks_tf.timing`); pass a
             measured dispatch (`Timing.dispatch_ms`) to estimate the latency
             of one `model(x)` call as a user sees it.
+        statistic: "median" (default), "min" or "trimmed_mean" of each
+            brick's timing; the bounds stay those of the median.
 
     Returns:
         The estimate with its bounds.
@@ -111,6 +122,10 @@ def estimate(
     """
     if mode not in MODES:
         raise ValueError(f"mode must be one of {MODES}. Received: {mode!r}")
+    if statistic not in STATISTICS:
+        raise ValueError(
+            f"statistic must be one of {STATISTICS}. Received: {statistic!r}"
+        )
     signatures = [b.signature for b in decomposition.bricks]
     missing = [s for s in dict.fromkeys(signatures) if s not in results]
     if missing:
@@ -137,7 +152,8 @@ def estimate(
     return Estimate(
         model=decomposition.name,
         mode=mode,
-        ms=combine([t.median_ms for t in timings]) + call_overhead_ms,
+        ms=combine([getattr(t, STATISTICS[statistic]) for t in timings])
+        + call_overhead_ms,
         low_ms=combine([t.ci_low_ms for t in timings]) + call_overhead_ms,
         high_ms=combine([t.ci_high_ms for t in timings]) + call_overhead_ms,
         bricks=len(signatures),

@@ -367,6 +367,12 @@ def _row(name, g, settings, measured, results, d) -> dict[str, Any]:
         "estimated_ms": seq.ms,
         "estimated_parallel_ms": par.ms,
         "normalized": seq.ms / m.median_ms if m.median_ms > 0 else math.inf,
+        # The same ratio from minima: robust to a machine's slow phases.
+        "normalized_min": (
+            estimate_lib.estimate(d, results, statistic="min").ms / m.min_ms
+            if m.min_ms > 0
+            else math.inf
+        ),
         "estimated_low_ms": seq.low_ms,
         "estimated_high_ms": seq.high_ms,
         "measured_noisy": m.noisy,

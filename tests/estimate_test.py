@@ -43,6 +43,13 @@ def test_sequential_is_sum_with_repeats_counted():
     assert est.relative_uncertainty == pytest.approx(0.1)
 
 
+def test_statistic_picks_what_is_summed():
+    est = estimate_lib.estimate(_DIAMOND, _RESULTS, statistic="min")
+    assert est.ms == pytest.approx(0.8 * 11)
+    with pytest.raises(ValueError, match="statistic"):
+        estimate_lib.estimate(_DIAMOND, _RESULTS, statistic="mean")
+
+
 def test_parallel_is_critical_path():
     est = estimate_lib.estimate(_DIAMOND, _RESULTS, mode="parallel")
     # Paths: a-b-a = 7, a-c-c-a = 6.
