@@ -53,8 +53,8 @@ _MODELS = flags.DEFINE_list(
     "models",
     None,
     "Comma list of keras.applications names or .keras/.h5/.json model "
-    "files (default: MobileNetV2,ResNet50,EfficientNetB0, "
-    "dlbricks_tf.job.DEFAULT_MODELS).",
+    "files (default: dlbricks_tf.job.DEFAULT_MODELS, i.e. MobileNetV2, "
+    "ResNet50, EfficientNetB0; for analyze, the 40 keras.applications).",
 )
 _GRANULARITY = flags.DEFINE_list(
     "granularity",
@@ -512,7 +512,12 @@ def _main(argv: list[str]) -> None:
             "with --models=a,b."
         )
     # Names and files are checked before TensorFlow runs its first op.
-    sources = job.resolve_models(_MODELS.value or job.DEFAULT_MODELS)
+    default = job.DEFAULT_MODELS
+    if command == "analyze":  # It only decomposes: the whole corpus.
+        from dlbricks_tf import corpus
+
+        default = list(corpus.APPLICATIONS)
+    sources = job.resolve_models(_MODELS.value or default)
     gs = _granularities(_GRANULARITY.value)
     if command == "analyze" and len(gs) > 1:
         raise app.UsageError("analyze takes one --granularity.")
