@@ -31,21 +31,10 @@ from pathlib import Path
 
 from absl import app, flags, logging
 
-_DEFAULT_MODELS = [
-    "VGG16",
-    "ResNet50",
-    "ResNet50V2",
-    "InceptionV3",
-    "Xception",
-    "MobileNet",
-    "MobileNetV2",
-    "MobileNetV3Small",
-    "DenseNet121",
-    "EfficientNetB0",
-    "EfficientNetV2B0",
-    "ConvNeXtTiny",
-    "NASNetMobile",
-]
+from dlbricks_tf import corpus
+
+# One model per family (corpus.FAMILIES); --all for the 40.
+_DEFAULT_MODELS = list(corpus.FAMILIES)
 
 _MODELS = flags.DEFINE_list(
     "models", _DEFAULT_MODELS, "keras.applications model names."
@@ -115,11 +104,7 @@ _OUT = flags.DEFINE_string(
 
 
 def _model_names() -> list[str]:
-    import keras
-
-    if _ALL.value:
-        return sorted(n for n in dir(keras.applications) if n[0].isupper())
-    return list(_MODELS.value)
+    return list(corpus.APPLICATIONS if _ALL.value else _MODELS.value)
 
 
 def _run_granularity(g, names, settings, fp, options, brick_options, store):
