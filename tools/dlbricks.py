@@ -105,9 +105,22 @@ _MAX_SECONDS = flags.DEFINE_float(
     "Sampling time per brick or model, at most (s).",
     lower_bound=0.0,
 )
+_BRICK_MAX_SAMPLES = flags.DEFINE_integer(
+    "brick_max_samples",
+    60,
+    "Samples per brick, at most: a brick that has not settled by then is "
+    "stored flagged noisy.",
+    lower_bound=1,
+)
+_BRICK_MAX_SECONDS = flags.DEFINE_float(
+    "brick_max_seconds",
+    1.0,
+    "Sampling time per brick, at most (s).",
+    lower_bound=0.0,
+)
 _TARGET_MS = flags.DEFINE_float(
     "target_sample_ms",
-    5.0,
+    1.0,
     "Duration of one sample (K calls in one graph), ms.",
     lower_bound=0.01,
 )
@@ -284,7 +297,12 @@ def _timing_options():
         max_seconds=_MAX_SECONDS.value,
         target_sample_ms=_TARGET_MS.value,
     )
-    bricks = dataclasses.replace(options, weight_copies=_WEIGHT_COPIES.value)
+    bricks = dataclasses.replace(
+        options,
+        weight_copies=_WEIGHT_COPIES.value,
+        max_samples=min(_BRICK_MAX_SAMPLES.value, _MAX_SAMPLES.value),
+        max_seconds=min(_BRICK_MAX_SECONDS.value, _MAX_SECONDS.value),
+    )
     return options, bricks
 
 
