@@ -140,6 +140,19 @@ class Scale(layers.Layer):
         return {**super().get_config(), "factor": self.factor}
 
 
+class Counter(layers.Layer):
+    """Passes its input through and counts its calls in a variable."""
+
+    def build(self, input_shape):
+        self.calls = self.add_weight(
+            shape=(), initializer="zeros", dtype="int32", trainable=False
+        )
+
+    def call(self, x):
+        self.calls.assign_add(1)
+        return x
+
+
 class Unregistered(layers.Layer):
     """A custom layer Keras cannot find from a file."""
 

@@ -6,6 +6,7 @@ asserted.
 """
 
 import keras
+import models
 import numpy as np
 import pytest
 import tensorflow as tf
@@ -15,22 +16,9 @@ from dlbricks_tf import settings as settings_lib
 from dlbricks_tf import synthetic, timing_loop
 
 
-class _Counter(layers.Layer):
-    """Counts its calls in a variable."""
-
-    def build(self, input_shape):
-        self.calls = self.add_weight(
-            shape=(), initializer="zeros", dtype="int32", trainable=False
-        )
-
-    def call(self, x):
-        self.calls.assign_add(1)
-        return x
-
-
 def _counted(width=4):
     x = keras.Input((width,), batch_size=1)
-    counter = _Counter()
+    counter = models.Counter()
     return keras.Model(x, layers.Dense(2)(counter(x))), counter
 
 

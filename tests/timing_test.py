@@ -9,6 +9,7 @@ tiny models.
 import dataclasses
 
 import keras
+import models
 import pytest
 from keras import layers
 
@@ -45,19 +46,6 @@ FAST = timing.TimingOptions(
 )
 
 
-class _Counter(layers.Layer):
-    """Counts its calls in a variable."""
-
-    def build(self, input_shape):
-        self.calls = self.add_weight(
-            shape=(), initializer="zeros", dtype="int32", trainable=False
-        )
-
-    def call(self, x):
-        self.calls.assign_add(1)
-        return x
-
-
 def _tiny():
     x = keras.Input((8,))
     return keras.Model(x, layers.Dense(4, activation="relu")(x))
@@ -92,7 +80,7 @@ def test_time_model_statistics_are_consistent():
 
 def test_a_sample_call_takes_a_batch_and_runs_s_times_k_calls():
     x = keras.Input((8,))
-    counter = _Counter()
+    counter = models.Counter()
     model = keras.Model(x, layers.Dense(4)(counter(x)))
     timer = _timer(model)
     timer.sample()  # Prepares: traces, warms up, calibrates.
