@@ -14,6 +14,8 @@ Runs written under the log directory:
                      measured vs estimated, the models' similarity heatmap
     graphs/<brick>   the layer-level op graph of a few bricks (the largest
                      of the last G), one run each
+    compare          `write_comparison`: estimates of each model on each
+                     machine and backend (table and chart), the fastest
 
 A rewrite replaces these runs (their old event files are deleted), so the
 views always show one job.
@@ -38,6 +40,7 @@ HPARAMS_RUN = "hparams"
 TABLES_RUN = "tables"
 CHARTS_RUN = "charts"
 GRAPHS_RUN = "graphs"
+COMPARE_RUN = "compare"
 METRICS = {
     "corpus/geomean_normalized": "geomean normalized latency",
     "corpus/speedup": "speed-up",
@@ -319,3 +322,62 @@ def _graphs(
                     ],
                 ),
             )
+
+
+def write_comparison(log_dir: str | Path, comparison: Any) -> list[str]:
+    """Writes a `compare.Comparison` under `log_dir/compare`.
+
+    A text table (per model: the estimate on each configuration and the
+    fastest), a grouped bar chart of the estimates, and one scalar per
+    model and configuration (`estimate_ms/<configuration>`). Replaces an
+    earlier comparison.
+
+    Returns:
+        The event files written, relative to `log_dir`.
+    """
+    from dlbricks_tf import compare
+
+    log_dir = Path(log_dir)
+    for f in (log_dir / COMPARE_RUN).glob("**/events.out.tfevents.*"):
+        f.unlink()
+    header, rows = compare.table(comparison)
+    labels = [c.label for c in comparison.configurations]
+    models = [
+        m
+        for m in comparison.models
+        if any((m, i) in comparison.estimates for i in range(len(labels)))
+    ]
+    with summaries.run_writer(log_dir, COMPARE_RUN) as w:
+        summaries.write_table(
+            w,
+            "comparison",
+            header,
+            rows,
+            description=f"{comparison.mode} estimates per configuration",
+        )
+        if models and labels:
+            series = {
+                label: [
+                    getattr(comparison.estimates.get((m, i)), "ms", 0.0)
+                    for m in models
+                ]
+                for i, label in enumerate(labels)
+            }
+            summaries.write_image(
+                w,
+                "estimates",
+                charts.grouped_bar_chart(
+                    models,
+                    series,
+                    title="Estimated latency per machine and backend",
+                    value_label="ms",
+                ),
+            )
+        for (model, i), est in sorted(comparison.estimates.items()):
+            summaries.write_scalar(
+                w, f"estimate_ms/{run_name(labels[i])}/{model}", est.ms
+            )
+    return sorted(
+        str(p.relative_to(log_dir))
+        for p in (log_dir / COMPARE_RUN).glob("**/events.out.tfevents.*")
+    )
