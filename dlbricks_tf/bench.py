@@ -5,17 +5,30 @@ harness of `dlbricks_tf.timing` and committed to the store as soon as it
 finishes, so a campaign stopped half way resumes where it stopped and a new
 model costs only its new bricks.
 
+A brick whose median does not settle within the sampling caps (a noisy
+machine) is measured once more, with a fresh timer; if the second timing
+does not settle either, the more precise of the two is stored flagged
+`noisy` (and a later run measures it again, see `Store.missing`).
+
+`StopSignals` turns SIGINT and SIGTERM into a request to stop: the brick in
+flight is finished and committed, then `time_suite` returns with `stopped`
+set (a second signal acts at once, as without it).
+
 Example:
     configure_threads(settings.intra_op_threads, settings.inter_op_threads)
-    with Store(path) as store:
-        time_suite(suite, store, settings, system_fingerprint())
+    with Store(path) as store, StopSignals() as stop:
+        summary = time_suite(suite, store, settings, fp, stop=stop)
 """
 
 from __future__ import annotations
 
 import dataclasses
+import signal
+import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
+from types import FrameType
+from typing import Any
 
 from dlbricks_tf import settings as settings_lib
 from dlbricks_tf import timing
@@ -30,16 +43,46 @@ class BenchSummary:
     """What one `time_suite` call did.
 
     Attributes:
-        timed: Signatures timed by this call, in order.
+        timed: Signatures timed and stored by this call, in order.
         skipped: Signatures already stored (not timed again).
-        noisy: Timed signatures whose timing never settled.
+        noisy: Timed signatures whose timing never settled, even measured
+            twice; they are stored flagged.
+        remeasured: Timed signatures measured a second time because the
+            first timing did not settle.
         wall_s: Wall-clock seconds spent, building bricks included.
+        stopped: Whether a stop request ended the call before every
+            missing brick was timed.
     """
 
     timed: tuple[str, ...]
     skipped: tuple[str, ...]
     noisy: tuple[str, ...]
     wall_s: float
+    remeasured: tuple[str, ...] = ()
+    stopped: bool = False
+
+    @property
+    def measurements(self) -> int:
+        """Timings taken: one per timed brick, two for re-measured ones."""
+        return len(self.timed) + len(self.remeasured)
+
+
+def more_precise(first: Timing, second: Timing) -> Timing:
+    """Of two timings of one brick, the settled one, else the narrower.
+
+    Args:
+        first: The first timing.
+        second: The re-measurement.
+
+    Returns:
+        `second` if it settled, else whichever has the smaller relative
+        CI half-width (`second` on a tie); noisy unless one settled.
+    """
+    if first.noisy != second.noisy:
+        return first if second.noisy else second
+    if second.relative_precision <= first.relative_precision:
+        return second
+    return first
 
 
 def time_suite(
@@ -52,8 +95,13 @@ def time_suite(
     accept_noisy: bool = False,
     check_settings: bool = True,
     on_result: Callable[[str, Timing], None] | None = None,
+    stop: Callable[[], bool] | None = None,
+    measure: Callable[[Any], Timing] | None = None,
 ) -> BenchSummary:
     """Times every brick of `suite` missing from `store`, committing each.
+
+    A brick that does not settle is measured once more before it is
+    stored; see the module docstring.
 
     Args:
         suite: The unique bricks (or a shard of them, see `Suite.shard`).
@@ -64,35 +112,116 @@ def time_suite(
         accept_noisy: Count stored noisy results as done (else retime them).
         check_settings: Verify `settings` against the process first.
         on_result: Called with (signature, timing) after each commit.
+        stop: Asked before each brick; True ends the call early (e.g. a
+            `StopSignals`). The brick in flight is always finished first.
+        measure: Times one suite entry (called again to re-measure it);
+            by default its brick is built and timed with `options` by
+            `dlbricks_tf.timing.time_model` (see also
+            `dlbricks_tf.suite_bench.measurer`).
 
     Returns:
         What was timed and skipped.
 
     Raises:
         MeasurementError: If a brick cannot be timed under `settings`.
+        StoreError: If a result cannot be written.
     """
     start = time.perf_counter()
+    if measure is None:
+
+        def measure(entry: Any) -> Timing:
+            model = entry.brick.build(batch_size=settings.batch_size)
+            return timing.time_model(
+                model, settings, options, check_settings=check_settings
+            )
+
     todo = store.missing(
         suite.signatures, settings, fingerprint, accept_noisy=accept_noisy
     )
     wanted = set(todo)
     skipped = tuple(s for s in suite.signatures if s not in wanted)
-    noisy = []
+    timed, noisy, remeasured = [], [], []
+    stopped = False
     for entry in suite.entries:
         if entry.signature not in wanted:
             continue
-        model = entry.brick.build(batch_size=settings.batch_size)
-        result = timing.time_model(
-            model, settings, options, check_settings=check_settings
-        )
+        if stop is not None and stop():
+            stopped = True
+            break
+        result = measure(entry)
+        if result.noisy:  # Once more: the noise may have been a burst.
+            remeasured.append(entry.signature)
+            result = more_precise(result, measure(entry))
         store.put(entry.signature, settings, fingerprint, result)
+        timed.append(entry.signature)
         if result.noisy:
             noisy.append(entry.signature)
         if on_result is not None:
             on_result(entry.signature, result)
     return BenchSummary(
-        timed=tuple(todo),
+        timed=tuple(timed),
         skipped=skipped,
         noisy=tuple(noisy),
         wall_s=time.perf_counter() - start,
+        remeasured=tuple(remeasured),
+        stopped=stopped,
     )
+
+
+class StopSignals:
+    """Turns SIGINT and SIGTERM into a stop request, while in a `with`.
+
+    The first signal sets `received` (so `stop()` turns True) and puts the
+    previous handlers back, so a second signal acts as it would have
+    without this: KeyboardInterrupt for SIGINT, termination for SIGTERM.
+    Handlers can only be set from the main thread; elsewhere this does
+    nothing and `stop()` stays False.
+
+    Args:
+        signums: The signals to catch.
+
+    Example:
+        with StopSignals() as stop:
+            summary = time_suite(..., stop=stop)
+        if stop.received:
+            sys.exit(128 + stop.received)
+    """
+
+    def __init__(
+        self, signums: Iterable[int] = (signal.SIGINT, signal.SIGTERM)
+    ) -> None:
+        self._signums = tuple(signums)
+        self._previous: dict[int, object] = {}
+        self.received: int | None = None
+
+    def __enter__(self) -> StopSignals:
+        if threading.current_thread() is threading.main_thread():
+            for signum in self._signums:
+                self._previous[signum] = signal.signal(signum, self._handle)
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self._restore()
+
+    def __call__(self) -> bool:
+        """Whether a signal asked to stop."""
+        return self.received is not None
+
+    @property
+    def name(self) -> str:
+        """The received signal's name ("SIGINT"), or "" if none."""
+        return signal.Signals(self.received).name if self.received else ""
+
+    def _handle(self, signum: int, frame: FrameType | None) -> None:
+        del frame  # Unused.
+        if self.received is None:
+            self.received = signum
+        self._restore()
+
+    def _restore(self) -> None:
+        for signum, handler in self._previous.items():
+            # None: a handler not set from Python; the default stands in.
+            signal.signal(
+                signum, signal.SIG_DFL if handler is None else handler
+            )
+        self._previous = {}

@@ -162,6 +162,9 @@ class GranularityResult:
         suite: The unique bricks, with counts.
         results: {signature: timing} of every brick of the suite.
         measured: {model: end-to-end timing}.
+        remeasured: Bricks timed twice because the first timing did not
+            settle (the more precise one is stored; noisy if neither
+            settled).
     """
 
     runs: list[dict[str, Any]]
@@ -170,6 +173,7 @@ class GranularityResult:
     suite: Any
     results: dict[str, Timing]
     measured: dict[str, Timing]
+    remeasured: tuple[str, ...] = ()
 
 
 def run_granularity(
@@ -216,9 +220,9 @@ def run_granularity(
     """
     import keras
 
+    from dlbricks_tf import bench, timing
     from dlbricks_tf import estimate as estimate_lib
     from dlbricks_tf import suite as suite_lib
-    from dlbricks_tf import timing
 
     brick_options = brick_options or options
     log = log or (lambda line: None)
@@ -253,6 +257,7 @@ def run_granularity(
     if progress is not None and sources:
         progress(sources[0].name, 0, total)
     measured: dict[str, Timing] = {}
+    first_noisy: dict[str, Timing] = {}  # First timings of re-measured ones.
     runs = []
     for source in sources:
         keras.backend.clear_session()
@@ -285,7 +290,9 @@ def run_granularity(
         # The whole model keeps sampling for as long as any of its bricks
         # does, so its median covers the same stretch of time as theirs (the
         # machine drifts); samples past its own stopping point serve only
-        # that comparison, and are charged to neither wall clock.
+        # that comparison, and are charged to neither wall clock. A brick
+        # that stops unsettled is measured once more by a fresh timer, in
+        # the same rounds, before the more precise timing is committed.
         model_counted = True
         while pending:
             for _, kind, timer in pending:
@@ -294,28 +301,40 @@ def run_granularity(
                 else:
                     timed(kind, timer.sample)
             left = []
-            bricks_left = any(
-                not t.done for _, _, t in pending if t is not model_timer
-            )
             for key, kind, timer in pending:
-                if timer is model_timer and model_counted and timer.done:
-                    model_counted = False
-                    done += 1
-                    if progress is not None:
-                        progress(source.name, done, total)
                 if timer is model_timer:
-                    if bricks_left or not timer.done:
-                        left.append((key, kind, timer))
                     continue
                 if not timer.done:
                     left.append((key, kind, timer))
                     continue
-                if kind == "campaign":  # Commit each brick as it finishes.
-                    results[key] = timer.result()
-                    store.put(key, settings, fingerprint, results[key])
+                result = timer.result()
+                if result.noisy and key not in first_noisy:
+                    first_noisy[key] = result
+                    retry = timed(
+                        "campaign",
+                        timing.Timer,
+                        timer.model,
+                        settings,
+                        brick_options,
+                        check_settings=check_settings,
+                    )
+                    left.append((key, kind, retry))
+                    continue
+                if key in first_noisy:
+                    result = bench.more_precise(first_noisy[key], result)
+                results[key] = result  # Commit each brick as it finishes.
+                store.put(key, settings, fingerprint, result)
                 done += 1
                 if progress is not None:
                     progress(source.name, done, total)
+            if any(timer is model_timer for _, _, timer in pending):
+                if model_counted and model_timer.done:
+                    model_counted = False
+                    done += 1
+                    if progress is not None:
+                        progress(source.name, done, total)
+                if left or not model_timer.done:
+                    left.insert(0, (source.name, "end_to_end", model_timer))
             pending = left
         measured[source.name] = model_timer.result()
         store.put_model(
@@ -349,7 +368,13 @@ def run_granularity(
         "total_bricks": suite.total_bricks,
     }
     return GranularityResult(
-        runs, corpus_row, decompositions, suite, results, measured
+        runs,
+        corpus_row,
+        decompositions,
+        suite,
+        results,
+        measured,
+        tuple(first_noisy),
     )
 
 
@@ -522,8 +547,8 @@ def estimate_models(
 
     Returns:
         One row per model: model, granularity, mode, estimated_ms, low_ms,
-        high_ms, bricks, noisy_bricks, and measured_ms and normalized when
-        the store holds an end-to-end timing (else None).
+        high_ms, bricks, noisy_bricks, and measured_ms, measured_noisy and
+        normalized when the store holds an end-to-end timing (else None).
 
     Raises:
         MissingResultsError: A model has bricks without a timing.
@@ -548,6 +573,7 @@ def estimate_models(
                 "bricks": est.bricks,
                 "noisy_bricks": len(est.noisy_signatures),
                 "measured_ms": m,
+                "measured_noisy": measured.noisy if measured else None,
                 "normalized": est.ms / m if m else None,
             }
         )

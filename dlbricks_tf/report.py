@@ -134,3 +134,35 @@ def format_estimates(rows: Sequence[Mapping[str, Any]]) -> str:
             f"| {_f(r['normalized'])} | {r['noisy_bricks']} |"
         )
     return "\n".join(lines)
+
+
+def format_noisy(rows: Sequence[Mapping[str, Any]]) -> str:
+    """One line naming the rows whose figures rest on noisy timings.
+
+    Args:
+        rows: Rows of report.json's `runs` or of the `estimate` command
+            (`model`, `granularity`, `noisy_bricks`, and `measured_noisy`
+            when the end-to-end timing is known).
+
+    Returns:
+        The line, or "" when no row uses a timing flagged noisy.
+    """
+    flagged = []
+    for r in rows:
+        parts = []
+        if r.get("noisy_bricks"):
+            parts.append(f"{r['noisy_bricks']} brick(s)")
+        if r.get("measured_noisy"):
+            parts.append("end to end")
+        if parts:
+            flagged.append(
+                f"{r['model']} G={r['granularity']} ({', '.join(parts)})"
+            )
+    if not flagged:
+        return ""
+    return (
+        f"Noisy: {'; '.join(flagged)}: these timings never settled within "
+        "the sampling caps (bricks were measured twice), so the figures "
+        "above rest on them. They are retimed by the next run; a quieter "
+        "machine or larger --max_seconds/--brick_max_seconds help."
+    )

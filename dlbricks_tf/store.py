@@ -1,12 +1,25 @@
-"""SQLite store of timings: one file, safe to stop and resume.
+"""SQLite store of timings: one file, safe to stop, resume and share.
 
 Brick results are keyed by (signature, run settings key, fingerprint id)
 and whole-model results by (model name, settings key, fingerprint id);
 UNIQUE constraints rule out duplicates and each `put` commits at once, so a
-run killed at any point resumes with `missing()` and re-times nothing that
-was stored. Settings and fingerprints are kept as JSON rows; the schema
-version is kept in a `meta` table and a newer one is refused. WAL mode and
-a busy timeout let a reader (or a second writer) share the file.
+run killed at any point (even `kill -9`) resumes with `missing()` and
+re-times nothing that was stored. Settings and fingerprints are kept as
+JSON rows; the schema version is kept in a `meta` table.
+
+An existing file is inspected, without writing, before anything is
+written to it: a folder, a file that is not SQLite, an SQLite database of
+another program, a corrupt database (`PRAGMA quick_check`) or a store of a
+newer schema is refused with a `StoreError` and left byte for byte as it
+was (only the -wal of a writer killed mid-run, if any, is folded back into
+the file by SQLite, as any connection would).
+
+Several processes may share one file (shards of a suite timed side by
+side, a reader while a writer runs): WAL mode lets readers and one writer
+work at once, writers wait for each other (the busy timeout), every write
+takes the write lock up front (`BEGIN IMMEDIATE`), and a write that still
+finds the database locked or busy is retried with a growing, jittered
+back-off before giving up.
 
 Example:
     with Store("results.sqlite") as store:
@@ -19,17 +32,29 @@ from __future__ import annotations
 import csv
 import dataclasses
 import json
+import os
+import random
 import sqlite3
-from collections.abc import Iterable
+import time
+from collections.abc import Callable, Iterable
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from dlbricks_tf import errors
 from dlbricks_tf.fingerprint import SystemFingerprint
 from dlbricks_tf.settings import RunSettings
 from dlbricks_tf.stats import Timing
 
+_T = TypeVar("_T")
+
 SCHEMA_VERSION = 1
+# Back-off between attempts of a write that found the database locked: the
+# busy timeout already waited, so these cover what it does not (a lock
+# taken while a snapshot was upgraded, a journal-mode switch).
+RETRIES = 8
+_FIRST_DELAY_S = 0.05
+_MAX_DELAY_S = 2.0
+
 _STATS = (
     "min_ms",
     "median_ms",
@@ -80,53 +105,220 @@ class StoreError(errors.Error):
     """The store file cannot be used (newer schema, not a store, ...)."""
 
 
+def _is_busy(error: sqlite3.Error) -> bool:
+    """Whether an error is another connection's lock (worth retrying)."""
+    message = str(error).lower()
+    return isinstance(error, sqlite3.OperationalError) and (
+        "locked" in message or "busy" in message
+    )
+
+
 class Store:
     """A results database in one SQLite file (created if absent).
 
     Args:
         path: File path; ":memory:" for a throw-away store.
-        timeout_s: How long to wait for another writer's lock.
+        timeout_s: How long one attempt waits for another writer's lock.
+        retries: Further attempts of a read or write that still found the
+            database locked or busy, after a jittered back-off that doubles
+            from 50 ms to 2 s.
 
     Raises:
-        StoreError: If the file is not a store or has a newer schema.
+        StoreError: If the path is a folder or cannot be opened, or the file
+            is not SQLite, not a store, corrupt or of a newer schema; the
+            file is then not modified.
     """
 
-    def __init__(self, path: str | Path, timeout_s: float = 30.0) -> None:
+    def __init__(
+        self,
+        path: str | Path,
+        timeout_s: float = 30.0,
+        retries: int = RETRIES,
+    ) -> None:
         self.path = str(path)
+        self._timeout_s = timeout_s
+        self._retries = retries
+        if self.path != ":memory:":
+            self._inspect()
+        self._db = self._guard("open", self._connect)
         try:
-            self._db = sqlite3.connect(self.path, timeout=timeout_s)
-            self._db.execute(f"PRAGMA busy_timeout = {int(timeout_s * 1e3)}")
-            self._db.execute("PRAGMA journal_mode = WAL")
-            self._db.execute("PRAGMA foreign_keys = ON")
-            self._init_schema()
-        except sqlite3.DatabaseError as e:
-            raise StoreError(f"Cannot open store {self.path!r}: {e}") from e
+            self._write(self._init_schema)
+        except BaseException:
+            self._db.close()
+            raise
 
-    def _init_schema(self) -> None:
-        self._db.executescript(_SCHEMA)  # Idempotent.
-        row = self._db.execute(
+    def _inspect(self) -> None:
+        """Refuses an existing file that is not a usable store; only reads."""
+        if os.path.isdir(self.path):
+            raise StoreError(
+                f"Store {self.path!r} is a folder: give the path of a store "
+                "file (e.g. --db=results.sqlite)."
+            )
+        if not os.path.isfile(self.path) or os.path.getsize(self.path) == 0:
+            return  # A new store.
+        self._inspect_database()
+
+    def _inspect_database(self) -> None:
+        # A plain connection that only reads, not a read-only one: that
+        # would leave -wal and -shm files behind, while this one, last to
+        # close, removes them as SQLite always does. (Nor may the file be
+        # opened outside SQLite: closing it would drop the POSIX locks of
+        # this process's other connections to it.)
+        try:
+            db = sqlite3.connect(self.path, timeout=self._timeout_s)
+        except sqlite3.Error as e:
+            raise StoreError(f"Cannot open store {self.path!r}: {e}.") from e
+        try:
+            tables = {
+                r[0]
+                for r in self._retry(
+                    lambda: db.execute(
+                        "SELECT name FROM sqlite_master WHERE type = 'table'"
+                    ).fetchall()
+                )
+            }
+            version = None
+            if "meta" in tables:
+                row = db.execute(
+                    "SELECT value FROM meta WHERE key = 'schema_version'"
+                ).fetchone()
+                version = None if row is None else str(row[0])
+            # Tables of a store whose creation was cut short are ours too.
+            foreign = tables - {"meta", "settings", "fingerprints"}
+            foreign -= {table for table, _ in _TABLES.values()}
+            if (foreign and version is None) or (
+                version is not None and not version.isdigit()
+            ):
+                raise StoreError(
+                    f"{self.path!r} is an SQLite database but not a "
+                    "dlbricks_tf store (no schema version); it was not "
+                    "modified. Give another file to write results to."
+                )
+            if version is not None:
+                self._check_version(int(version))
+            (check,) = self._retry(
+                lambda: db.execute("PRAGMA quick_check(1)").fetchone()
+            )
+            if check != "ok":
+                # E.g. "*** in database main ***\nTree 8 page 12 cell 27: ..."
+                lines = [ln for ln in check.splitlines() if "***" not in ln]
+                problem = (lines or [check])[0]
+                raise StoreError(
+                    f"Store {self.path!r} is corrupt ({problem}); it was not "
+                    "modified. Restore it from a copy (sqlite3's `.recover` "
+                    "salvages rows) or give another file."
+                )
+        except sqlite3.DatabaseError as e:
+            if "not a database" in str(e):
+                raise StoreError(
+                    f"Store {self.path!r} is not an SQLite file (not a "
+                    "store, or its header is corrupt); it was not modified. "
+                    "Give another file, or restore this one from a copy."
+                ) from e
+            raise StoreError(
+                f"Store {self.path!r} cannot be read ({e}): it is corrupt or "
+                "not a store, and was not modified. Restore it from a copy "
+                "or give another file."
+            ) from e
+        finally:
+            db.close()
+
+    def _check_version(self, version: int) -> None:
+        if version > SCHEMA_VERSION:
+            raise StoreError(
+                f"Store {self.path!r} has schema version {version}, newer "
+                f"than this dlbricks_tf's {SCHEMA_VERSION}; it was not "
+                "modified. Upgrade dlbricks_tf or use another file."
+            )
+
+    def _connect(self) -> sqlite3.Connection:
+        # isolation_level=None: transactions are explicit (see `_write`).
+        db = sqlite3.connect(
+            self.path, timeout=self._timeout_s, isolation_level=None
+        )
+        try:
+            db.execute(f"PRAGMA busy_timeout = {int(self._timeout_s * 1e3)}")
+            self._retry(lambda: db.execute("PRAGMA journal_mode = WAL"))
+            db.execute("PRAGMA foreign_keys = ON")
+        except BaseException:
+            db.close()
+            raise
+        return db
+
+    def _init_schema(self, db: sqlite3.Connection) -> None:
+        for statement in _SCHEMA.split(";"):
+            if statement.strip():
+                db.execute(statement)  # Idempotent.
+        row = db.execute(
             "SELECT value FROM meta WHERE key = 'schema_version'"
         ).fetchone()
-        if row is not None and int(row[0]) > SCHEMA_VERSION:
-            self._db.close()
+        if row is not None:  # Checked again: another writer may be newer.
+            self._check_version(int(row[0]))
+        db.execute(
+            "INSERT OR IGNORE INTO meta VALUES ('schema_version', ?)",
+            (str(SCHEMA_VERSION),),
+        )
+
+    def _retry(self, work: Callable[[], _T]) -> _T:
+        """Runs `work`, again after a back-off while the file is locked."""
+        delay = _FIRST_DELAY_S
+        for attempt in range(self._retries + 1):
+            try:
+                return work()
+            except sqlite3.OperationalError as e:
+                if not _is_busy(e) or attempt == self._retries:
+                    raise
+            time.sleep(delay * random.uniform(0.5, 1.5))
+            delay = min(2 * delay, _MAX_DELAY_S)
+        raise AssertionError("unreachable")
+
+    def _guard(self, action: str, work: Callable[[], _T]) -> _T:
+        """Runs `work` with retries; SQLite errors become `StoreError`."""
+        try:
+            return self._retry(work)
+        except sqlite3.Error as e:
+            if _is_busy(e):
+                raise StoreError(
+                    f"Cannot {action} store {self.path!r}: it stayed locked "
+                    f"by another process ({e}) through {self._retries + 1} "
+                    f"attempts of {self._timeout_s:g} s; try again later."
+                ) from e
             raise StoreError(
-                f"Store {self.path!r} has schema version {row[0]}, newer "
-                f"than this dlbricks_tf's {SCHEMA_VERSION}; upgrade "
-                "dlbricks_tf or use another file."
-            )
-        with self._db:
-            self._db.execute(
-                "INSERT OR IGNORE INTO meta VALUES ('schema_version', ?)",
-                (str(SCHEMA_VERSION),),
-            )
+                f"Cannot {action} store {self.path!r}: {e}."
+            ) from e
+
+    def _write(self, work: Callable[[sqlite3.Connection], _T]) -> _T:
+        """Runs `work(db)` in one write transaction, committed on success.
+
+        The write lock is taken at the start (`BEGIN IMMEDIATE`), so that a
+        transaction never has to upgrade a read snapshot that another
+        writer made stale; a locked attempt is rolled back and retried.
+        """
+
+        def attempt() -> _T:
+            self._db.execute("BEGIN IMMEDIATE")
+            try:
+                out = work(self._db)
+                self._db.execute("COMMIT")
+                return out
+            except BaseException:
+                if self._db.in_transaction:
+                    self._db.rollback()
+                raise
+
+        return self._guard("write to", attempt)
+
+    def _read(self, sql: str, params: Iterable[Any] = ()) -> list[tuple]:
+        params = tuple(params)
+        return self._guard(
+            "read", lambda: self._db.execute(sql, params).fetchall()
+        )
 
     @property
     def schema_version(self) -> int:
         """The schema version recorded in the file."""
-        row = self._db.execute(
-            "SELECT value FROM meta WHERE key = 'schema_version'"
-        ).fetchone()
-        return int(row[0])
+        rows = self._read("SELECT value FROM meta WHERE key = 'schema_version'")
+        return int(rows[0][0])
 
     def close(self) -> None:
         """Closes the connection."""
@@ -138,12 +330,15 @@ class Store:
     def __exit__(self, *exc_info: object) -> None:
         self.close()
 
-    def _register(self, settings: RunSettings, fp: SystemFingerprint) -> None:
-        self._db.execute(
+    @staticmethod
+    def _register(
+        db: sqlite3.Connection, settings: RunSettings, fp: SystemFingerprint
+    ) -> None:
+        db.execute(
             "INSERT OR IGNORE INTO settings VALUES (?, ?)",
             (settings.key(), settings.to_json()),
         )
-        self._db.execute(
+        db.execute(
             "INSERT OR IGNORE INTO fingerprints VALUES (?, ?)",
             (fp.id, fp.to_json()),
         )
@@ -161,9 +356,10 @@ class Store:
         row = [name, settings.key(), fp.id]
         row += [int(values[k]) if k == "noisy" else values[k] for k in _STATS]
         updates = ", ".join(f"{k} = excluded.{k}" for k in _STATS)
-        with self._db:  # One transaction, committed on success.
-            self._register(settings, fp)
-            self._db.execute(
+
+        def insert(db: sqlite3.Connection) -> None:
+            self._register(db, settings, fp)
+            db.execute(
                 f"INSERT INTO {table} ({column}, settings_key, fingerprint_id,"
                 f" {', '.join(_STATS)}) VALUES ({', '.join('?' * len(row))})"
                 f" ON CONFLICT ({column}, settings_key, fingerprint_id)"
@@ -172,19 +368,21 @@ class Store:
                 row,
             )
 
+        self._write(insert)  # One transaction, committed on success.
+
     def _get(
         self, kind: str, name: str, settings: RunSettings, fp: SystemFingerprint
     ) -> Timing | None:
         table, column = _TABLES[kind]
-        row = self._db.execute(
+        rows = self._read(
             f"SELECT {', '.join(_STATS)} FROM {table} WHERE {column} = ? AND"
             " settings_key = ? AND fingerprint_id = ?",
             (name, settings.key(), fp.id),
-        ).fetchone()
+        )
         return (
-            None
-            if row is None
-            else Timing.from_dict(dict(zip(_STATS, row, strict=True)))
+            Timing.from_dict(dict(zip(_STATS, rows[0], strict=True)))
+            if rows
+            else None
         )
 
     def put(
@@ -194,7 +392,12 @@ class Store:
         fp: SystemFingerprint,
         timing: Timing,
     ) -> None:
-        """Stores (or replaces) a brick's timing and commits it."""
+        """Stores (or replaces) a brick's timing and commits it.
+
+        Raises:
+            StoreError: If the file cannot be written (read-only, full, or
+                locked by another process through every retry).
+        """
         self._put("brick", signature, settings, fp, timing)
 
     def get(
@@ -240,11 +443,11 @@ class Store:
         accept_noisy: bool = True,
     ) -> dict[str, Timing]:
         """Returns {signature: timing} for one settings and fingerprint."""
-        rows = self._db.execute(
+        rows = self._read(
             f"SELECT signature, {', '.join(_STATS)} FROM brick_results"
             " WHERE settings_key = ? AND fingerprint_id = ?",
             (settings.key(), fp.id),
-        ).fetchall()
+        )
         timings = {
             r[0]: Timing.from_dict(dict(zip(_STATS, r[1:], strict=True)))
             for r in rows
@@ -278,14 +481,14 @@ class Store:
                 f"kind must be 'brick' or 'model'. Received: kind={kind!r}"
             )
         table, column = _TABLES[kind]
-        cursor = self._db.execute(
+        rows = self._read(
             f"SELECT r.{column}, s.json, f.json, {', '.join(_STATS)},"
             f" r.created FROM {table} r JOIN settings s ON s.key ="
             " r.settings_key JOIN fingerprints f ON f.id = r.fingerprint_id"
             f" ORDER BY r.{column}, r.settings_key, r.fingerprint_id"
         )
         out = []
-        for row in cursor:
+        for row in rows:
             fp = json.loads(row[2])
             record = {column: row[0], "settings": json.loads(row[1])}
             record["fingerprint"] = fp
@@ -328,29 +531,49 @@ class Store:
     def merge_from(self, other: str | Path) -> int:
         """Copies results absent here from another store file.
 
+        The other file is read in full first, then everything is written in
+        one transaction: a merge stopped half way adds nothing.
+
         Returns:
             The number of results added.
-        """
-        before = self._count()
-        with Store(other) as source:
-            with self._db:
-                for table in ("settings", "fingerprints"):
-                    self._db.executemany(
-                        f"INSERT OR IGNORE INTO {table} VALUES (?, ?)",
-                        source._db.execute(f"SELECT * FROM {table}"),
-                    )
-                for table, column in _TABLES.values():
-                    cols = f"{column}, settings_key, fingerprint_id, "
-                    cols += ", ".join(_STATS) + ", created"
-                    self._db.executemany(
-                        f"INSERT OR IGNORE INTO {table} ({cols}) VALUES "
-                        f"({', '.join('?' * (len(_STATS) + 4))})",
-                        source._db.execute(f"SELECT {cols} FROM {table}"),
-                    )
-        return self._count() - before
 
-    def _count(self) -> int:
+        Raises:
+            StoreError: If either file cannot be used.
+        """
+        cols = {
+            table: f"{column}, settings_key, fingerprint_id, "
+            + ", ".join(_STATS)
+            + ", created"
+            for table, column in _TABLES.values()
+        }
+        with Store(other) as source:
+            keys = {
+                t: source._read(f"SELECT * FROM {t}")
+                for t in ("settings", "fingerprints")
+            }
+            results = {
+                t: source._read(f"SELECT {c} FROM {t}") for t, c in cols.items()
+            }
+
+        def copy(db: sqlite3.Connection) -> int:
+            before = self._count(db)
+            for table, rows in keys.items():
+                db.executemany(
+                    f"INSERT OR IGNORE INTO {table} VALUES (?, ?)", rows
+                )
+            for table, rows in results.items():
+                db.executemany(
+                    f"INSERT OR IGNORE INTO {table} ({cols[table]}) VALUES "
+                    f"({', '.join('?' * (len(_STATS) + 4))})",
+                    rows,
+                )
+            return self._count(db) - before
+
+        return self._write(copy)
+
+    @staticmethod
+    def _count(db: sqlite3.Connection) -> int:
         return sum(
-            self._db.execute(f"SELECT COUNT(*) FROM {t}").fetchone()[0]
+            db.execute(f"SELECT COUNT(*) FROM {t}").fetchone()[0]
             for t, _ in _TABLES.values()
         )

@@ -5,6 +5,12 @@ protocol and that the estimate is a positive number of the measured one's
 order (a loose ratio, never a time threshold).
 """
 
+import collections
+import dataclasses
+import os
+import signal
+import sqlite3
+
 import pytest
 
 import dlbricks_tf
@@ -13,6 +19,7 @@ from dlbricks_tf import estimate as estimate_lib
 from dlbricks_tf import settings as settings_lib
 from dlbricks_tf import suite as suite_lib
 from dlbricks_tf.fingerprint import system_fingerprint
+from dlbricks_tf.stats import Timing
 from dlbricks_tf.store import Store
 from tests import models
 
@@ -31,6 +38,15 @@ def _settings():
 SETTINGS, CHECKED = _settings()
 FAST = timing.TimingOptions(
     min_samples=5, max_samples=15, max_seconds=0.3, target_sample_ms=1.0
+)
+# A precision no interval can reach: every timing ends noisy at the cap.
+NEVER_SETTLES = dataclasses.replace(
+    FAST,
+    precision=-1.0,
+    absolute_precision_ms=-1.0,
+    min_samples=3,
+    max_samples=4,
+    max_seconds=0.1,
 )
 
 
@@ -66,6 +82,117 @@ def test_time_suite_stores_skips_and_estimates(tmp_path):
     assert 0 < par.ms <= est.ms + 1e-12
     assert est.low_ms <= est.ms <= est.high_ms
     assert 0.05 < est.ms / measured.median_ms < 20  # Same order only.
+
+
+def _chain_suite(granularity=1):
+    model, _ = models.chain()
+    d = dlbricks_tf.decompose(model, granularity=granularity)
+    return suite_lib.build_suite({d.name: d})
+
+
+def test_noisy_brick_is_measured_twice_and_stored_flagged(tmp_path):
+    suite = _chain_suite(granularity=3)
+    fp = system_fingerprint()
+    path = tmp_path / "s.sqlite"
+    calls = collections.Counter()
+
+    def measure(entry):  # The default measurement, counted.
+        calls[entry.signature] += 1
+        model = entry.brick.build(batch_size=SETTINGS.batch_size)
+        return timing.time_model(
+            model, SETTINGS, NEVER_SETTLES, check_settings=CHECKED
+        )
+
+    with Store(path) as store:
+        summary = bench.time_suite(
+            suite, store, SETTINGS, fp, NEVER_SETTLES, measure=measure
+        )
+        results = store.results(SETTINGS, fp)
+    assert calls == dict.fromkeys(suite.signatures, 2)
+    assert summary.timed == suite.signatures
+    assert summary.remeasured == suite.signatures
+    assert summary.noisy == suite.signatures
+    assert summary.measurements == 2 * len(suite)
+    assert all(results[s].noisy for s in suite.signatures)
+    # Each stored timing is one measurement's: at most the cap of samples.
+    assert {results[s].samples for s in suite.signatures} <= {3, 4}
+    with sqlite3.connect(path) as db:
+        flagged = db.execute(
+            "SELECT COUNT(*) FROM brick_results WHERE noisy = 1"
+        ).fetchone()[0]
+    assert flagged == len(suite)
+
+
+def test_settled_brick_is_measured_once(tmp_path):
+    suite = _chain_suite(granularity=3)
+    # Settles as soon as it may: any interval is narrow enough.
+    easy = dataclasses.replace(
+        FAST, min_samples=3, max_samples=50, absolute_precision_ms=1e9
+    )
+    with Store(tmp_path / "s.sqlite") as store:
+        summary = bench.time_suite(
+            suite,
+            store,
+            SETTINGS,
+            system_fingerprint(),
+            easy,
+            check_settings=CHECKED,
+        )
+    assert summary.remeasured == () and summary.noisy == ()
+    assert summary.measurements == len(suite) == len(summary.timed)
+
+
+def test_more_precise_prefers_a_settled_then_a_narrower_timing():
+    def t(ci, noisy):
+        return Timing(1.0, 1.0, 1.0, 1.0, 5, 1.0 - ci, 1.0 + ci, noisy)
+
+    assert bench.more_precise(t(0.5, True), t(0.9, False)) == t(0.9, False)
+    assert bench.more_precise(t(0.5, False), t(0.1, True)) == t(0.5, False)
+    assert bench.more_precise(t(0.5, True), t(0.2, True)) == t(0.2, True)
+    assert bench.more_precise(t(0.2, True), t(0.5, True)) == t(0.2, True)
+
+
+def test_signal_stops_after_the_brick_in_flight(tmp_path):
+    suite = _chain_suite()
+    assert len(suite) >= 3
+    fp = system_fingerprint()
+    committed = []
+
+    def on_result(signature, result):
+        committed.append(signature)
+        if len(committed) == 1:  # Arrives while a brick is in flight.
+            os.kill(os.getpid(), signal.SIGINT)
+
+    previous = signal.getsignal(signal.SIGINT)
+    with Store(tmp_path / "s.sqlite") as store:
+        with bench.StopSignals() as stop:
+            summary = bench.time_suite(
+                suite,
+                store,
+                SETTINGS,
+                fp,
+                NEVER_SETTLES,
+                accept_noisy=True,
+                check_settings=CHECKED,
+                on_result=on_result,
+                stop=stop,
+            )
+        stored = store.results(SETTINGS, fp)
+    assert stop.received == signal.SIGINT and stop.name == "SIGINT"
+    assert summary.stopped
+    assert summary.timed == tuple(committed) == suite.signatures[:1]
+    assert summary.remeasured == summary.timed  # Never settles: twice.
+    assert set(stored) == set(committed)
+    assert signal.getsignal(signal.SIGINT) is previous
+
+
+def test_a_second_signal_acts_at_once():
+    with bench.StopSignals() as stop:
+        os.kill(os.getpid(), signal.SIGINT)
+        assert stop() and stop.received == signal.SIGINT
+        with pytest.raises(KeyboardInterrupt):
+            os.kill(os.getpid(), signal.SIGINT)
+    assert not bench.StopSignals()()
 
 
 if __name__ == "__main__":

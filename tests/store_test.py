@@ -1,12 +1,15 @@
 """Tests for dlbricks_tf/store.py."""
 
+import contextlib
 import csv
+import hashlib
 import json
 import os
 import sqlite3
 import subprocess
 import sys
 import textwrap
+import threading
 import time
 
 import pytest
@@ -191,6 +194,179 @@ def test_resume_after_killed_writer(tmp_path):
             store.put(sig, SETTINGS, FP, _timing(2.0))
         assert len(store.results(SETTINGS, FP)) == 50
     assert _count(path) == 50
+
+
+def _digest(path):
+    """Hashes of a store file and its -wal (None where absent)."""
+    return {
+        suffix: hashlib.sha256(open(f"{path}{suffix}", "rb").read()).digest()
+        if os.path.exists(f"{path}{suffix}")
+        else None
+        for suffix in ("", "-wal")
+    }
+
+
+def _store_with_rows(path, n=300):
+    with store_lib.Store(path) as store:
+        for i in range(n):
+            store.put(f"sig{i:04d}", SETTINGS, FP, _timing(1.0 + i))
+    return path
+
+
+def _corrupt_a_data_page(path):
+    """Overwrites the middle of the brick_results table's last page."""
+    with contextlib.closing(sqlite3.connect(path)) as db:
+        size = db.execute("PRAGMA page_size").fetchone()[0]
+        pages = db.execute("PRAGMA page_count").fetchone()[0]
+    with open(path, "r+b") as f:
+        f.seek((pages - 2) * size + 8)
+        f.write(b"\xff" * (size // 2))
+
+
+def _foreign_database(path):
+    with contextlib.closing(sqlite3.connect(path)) as db:
+        db.execute("CREATE TABLE accounts (id INTEGER PRIMARY KEY, name)")
+        db.execute("INSERT INTO accounts VALUES (1, 'x')")
+        db.commit()
+
+
+@pytest.mark.parametrize(
+    "make, words",
+    [
+        (lambda p: p.write_bytes(b"not sqlite" * 500), "not an SQLite file"),
+        (
+            lambda p: p.write_bytes(_store_with_rows(p).read_bytes()[:5000]),
+            "corrupt",
+        ),
+        (lambda p: _corrupt_a_data_page(_store_with_rows(p)), "corrupt"),
+        (_foreign_database, "not a dlbricks_tf store"),
+    ],
+    ids=["junk", "truncated", "bad_page", "foreign"],
+)
+def test_unusable_file_is_refused_and_left_as_it_was(tmp_path, make, words):
+    path = tmp_path / "s.sqlite"
+    make(path)
+    before = _digest(path)
+    with pytest.raises(store_lib.StoreError, match=words):
+        store_lib.Store(path)
+    assert _digest(path) == before
+    assert sorted(os.listdir(tmp_path)) == ["s.sqlite"]
+
+
+def test_newer_schema_is_refused_and_left_as_it_was(tmp_path):
+    path = _store_with_rows(tmp_path / "s.sqlite", n=3)
+    with contextlib.closing(sqlite3.connect(path)) as db:
+        db.execute("UPDATE meta SET value = '99'")
+        db.commit()
+    before = _digest(path)
+    with pytest.raises(store_lib.StoreError, match="schema version 99"):
+        store_lib.Store(path)
+    assert _digest(path) == before
+
+
+def test_folder_is_refused(tmp_path):
+    with pytest.raises(store_lib.StoreError, match="is a folder"):
+        store_lib.Store(tmp_path)
+
+
+def test_write_retries_while_another_writer_holds_the_lock(tmp_path):
+    path = _store_with_rows(tmp_path / "s.sqlite", n=1)
+    holder = sqlite3.connect(
+        path, isolation_level=None, check_same_thread=False
+    )
+    holder.execute("BEGIN IMMEDIATE")  # The write lock, for 0.5 s.
+    holder.execute("INSERT INTO meta VALUES ('holder', 'x')")
+    release = threading.Timer(0.5, holder.execute, ["COMMIT"])
+    release.start()
+    try:
+        # A busy timeout far shorter than the lock: only retries get past.
+        with store_lib.Store(path, timeout_s=0.01) as store:
+            store.put("late", SETTINGS, FP, _timing(2.0))
+            assert store.get("late", SETTINGS, FP) == _timing(2.0)
+    finally:
+        release.join()
+        holder.close()
+    assert _count(path) == 2
+    with contextlib.closing(sqlite3.connect(path)) as db:
+        assert db.execute(
+            "SELECT value FROM meta WHERE key = 'holder'"
+        ).fetchone()
+
+
+def test_write_gives_up_on_a_lock_that_stays(tmp_path):
+    path = _store_with_rows(tmp_path / "s.sqlite", n=2)
+    store = store_lib.Store(path, timeout_s=0.01, retries=2)
+    holder = sqlite3.connect(path, isolation_level=None)
+    holder.execute("BEGIN IMMEDIATE")
+    try:
+        with pytest.raises(store_lib.StoreError, match="stayed locked"):
+            store.put("blocked", SETTINGS, FP, _timing(1.0))
+    finally:
+        holder.execute("ROLLBACK")
+        holder.close()
+    store.put("after", SETTINGS, FP, _timing(1.0))  # Usable again.
+    store.close()
+    assert _count(path) == 3
+
+
+WRITERS = 3
+OWN_ROWS = 200  # Per writer, under its own signatures.
+SHARED_ROWS = 40  # Signatures every writer puts (upserts of one row each).
+
+_CONCURRENT_WRITER = textwrap.dedent(
+    """
+    import sys, time
+    from pathlib import Path
+    sys.path.insert(0, {root!r})
+    from dlbricks_tf import store as store_lib
+    from tests.store_test import FP, SETTINGS, _timing
+    index, folder = int(sys.argv[1]), Path(sys.argv[2])
+    (folder / f"ready{{index}}").touch()
+    while len(list(folder.glob("ready*"))) < {writers}:
+        time.sleep(0.005)  # Start together, on a store not yet created.
+    with store_lib.Store(folder / "shared.sqlite") as store:
+        for i in range({own}):
+            store.put(f"w{{index}}-{{i}}", SETTINGS, FP, _timing(1.0 + i))
+            if i < {shared}:
+                store.put(f"shared-{{i}}", SETTINGS, FP, _timing(index))
+            if i % 50 == 0:
+                store.put_model(f"m{{index}}", SETTINGS, FP, _timing(i))
+    """
+)
+
+
+def test_concurrent_writers_lose_nothing(tmp_path):
+    code = _CONCURRENT_WRITER.format(
+        root=_ROOT,
+        writers=WRITERS,
+        own=OWN_ROWS,
+        shared=SHARED_ROWS,
+    )
+    writers = [
+        subprocess.Popen(
+            [sys.executable, "-c", code, str(i), str(tmp_path)],
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for i in range(WRITERS)
+    ]
+    for w in writers:
+        _, err = w.communicate(timeout=300)
+        assert w.returncode == 0, err
+    path = tmp_path / "shared.sqlite"
+    with contextlib.closing(sqlite3.connect(path)) as db:
+        assert db.execute("PRAGMA integrity_check").fetchall() == [("ok",)]
+    assert _count(path) == WRITERS * OWN_ROWS + SHARED_ROWS
+    assert _count(path, "model_results") == WRITERS
+    with store_lib.Store(path) as store:
+        results = store.results(SETTINGS, FP)
+    for w in range(WRITERS):
+        for i in range(OWN_ROWS):
+            assert results[f"w{w}-{i}"] == _timing(1.0 + i)
+    # Each shared row holds one writer's last put, whole.
+    assert {results[f"shared-{i}"].median_ms for i in range(SHARED_ROWS)} <= {
+        float(w) for w in range(WRITERS)
+    }
 
 
 if __name__ == "__main__":
