@@ -7,9 +7,15 @@ standard normal. The id bound of each integer input is found by following
 the model's graph from the input through integer-valued tensors to the
 layers that consume them as indices (also inside nested models).
 
+Where the graph is not at hand (an ONNX file, a SavedModel behind
+`keras.layers.TFSMLayer`, whose graph hides its Embeddings),
+`arrays_for_specs` makes the same arrays from recorded input specs and id
+bounds.
+
 Example:
     xs = synthetic_inputs(model, batch_size=1, seed=0)
     model(xs if len(xs) > 1 else xs[0])
+    ys = arrays_for_specs([((5,), "int32")], [100], batch_size=2)
 """
 
 from __future__ import annotations
@@ -197,6 +203,98 @@ def synthetic_inputs(
     for (shape, dtype), bound in zip(specs, id_bounds(model), strict=True):
         arrays.append(_random_array(rng, shape, dtype, bound, model.name))
     return arrays
+
+
+def arrays_for_specs(
+    specs: Sequence[tuple[Sequence[int], str]],
+    bounds: Sequence[int | None] | None,
+    batch_size: int,
+    seed: int = 0,
+) -> list[np.ndarray]:
+    """Returns one random array per input spec, as `synthetic_inputs` would.
+
+    The values follow the rules of `synthetic_inputs`: an integer input
+    with a bound gets ids in [0, bound), one without gets small
+    non-negative ints, bool inputs get 0/1 masks, floats are standard
+    normal. A bound given for a non-integer input is ignored. For a model,
+    `arrays_for_specs(specs, id_bounds(model), b, seed)` equals
+    `synthetic_inputs(model, b, seed=seed)` when `specs` are its input
+    shapes (without the batch dimension) and dtypes.
+
+    Args:
+        specs: (shape without the batch dimension, dtype name) per input.
+        bounds: Exclusive upper bound of each input's ids, or None for an
+            input without one; None for no bound at all.
+        batch_size: The batch dimension prepended to every shape.
+        seed: Seed of the random generator; equal seeds give equal arrays.
+
+    Returns:
+        Arrays of shape (batch_size, *shape), in the order of `specs`.
+
+    Raises:
+        ValueError: For a bound count other than the spec count, a bound
+            below 1, a batch size below 1, an unknown dimension or an
+            unsupported dtype.
+
+    Example:
+        >>> ids, x = arrays_for_specs(
+        ...     [((5,), "int32"), ((3,), "float32")], [100, None], 2
+        ... )
+        >>> ids.shape, int(ids.max()) < 100
+        ((2, 5), True)
+    """
+    if not isinstance(batch_size, int) or batch_size < 1:
+        raise ValueError(
+            f"batch_size must be a positive int. Received: {batch_size!r}"
+        )
+    bounds = [None] * len(specs) if bounds is None else list(bounds)
+    if len(bounds) != len(specs):
+        raise ValueError(
+            f"Need one bound (or None) per input spec: {len(specs)} specs "
+            f"but {len(bounds)} bounds. Received: bounds={bounds}"
+        )
+    rng = np.random.default_rng(seed)
+    arrays = []
+    for i, ((shape, dtype), bound) in enumerate(
+        zip(specs, bounds, strict=True)
+    ):
+        shape = tuple(shape)
+        if any(d is None or int(d) < 0 for d in shape):
+            raise ValueError(
+                f"Input {i} has shape {shape} with an unknown dimension; "
+                "give every dimension but the batch one a size."
+            )
+        if bound is not None:
+            if isinstance(bound, bool) or int(bound) != bound or bound < 1:
+                raise ValueError(
+                    f"The bound of input {i} must be a positive int or None."
+                    f" Received: {bound!r}"
+                )
+            bound = int(bound)
+        dtype = _dtype_name(dtype, i)
+        if not _is_integer(dtype):
+            bound = None
+        full = (batch_size, *(int(d) for d in shape))
+        arrays.append(_random_array(rng, full, dtype, bound, f"input_{i}"))
+    return arrays
+
+
+def _dtype_name(dtype: Any, index: int) -> str:
+    """The canonical name of a supported input dtype ('float32', ...)."""
+    if str(dtype) == "bfloat16":
+        return "bfloat16"
+    try:
+        name = np.dtype(dtype).name
+    except TypeError:
+        name = None
+    if name is None or not (
+        name == "bool" or _is_integer(name) or name.startswith("float")
+    ):
+        raise ValueError(
+            f"Cannot make synthetic values of dtype {dtype!r} for input "
+            f"{index}; supported: float*, bfloat16, int*, uint*, bool."
+        )
+    return name
 
 
 def _random_array(

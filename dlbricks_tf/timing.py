@@ -20,7 +20,12 @@ Sampling is adaptive: batches of samples are taken until the median's 95%
 interval is within `precision` of the median, or a cap is hit (the result
 is then flagged noisy). `Timer` exposes batches (`sample()`) so that bricks
 and whole models can be measured in interleaved rounds, close together in
-time.
+time; `time_interleaved` takes any `Sampler` (also
+`dlbricks_tf.ort_timing.OrtTimer`).
+
+Integer inputs get ids below the bounds found in the model's graph
+(`dlbricks_tf.synthetic.id_bounds`), or below explicit `id_bounds` for a
+model whose graph hides them (a SavedModel in `keras.layers.TFSMLayer`).
 
 Example:
     timing = time_model(model, RunSettings.default(batch_size=1))
@@ -33,6 +38,7 @@ import dataclasses
 import math
 import time
 from collections.abc import Sequence
+from typing import Protocol
 
 import keras
 import numpy as np
@@ -101,6 +107,46 @@ def _fresh_copy(model: keras.Model) -> keras.Model:
         ) from e
 
 
+def _arrays_with_bounds(
+    model: keras.Model,
+    specs: Sequence[tuple[tuple[int, ...], str]],
+    id_bounds: Sequence[int | None],
+    input_copies: int,
+    seed: int,
+) -> list[list[np.ndarray]]:
+    """Input sets of a model whose id bounds are given, one per copy."""
+    bounds = list(id_bounds)
+    if len(bounds) != len(specs):
+        raise MeasurementError(
+            f"Model {model.name!r} has {len(specs)} inputs but "
+            f"{len(bounds)} id_bounds were given; pass one bound (or None) "
+            f"per input. Received: id_bounds={bounds}"
+        )
+    unbatched = [(shape[1:], dtype) for shape, dtype in specs]
+    batch = specs[0][0][0] if specs else 1
+    try:
+        return [
+            synthetic.arrays_for_specs(unbatched, bounds, batch, seed + c)
+            for c in range(input_copies)
+        ]
+    except ValueError as e:
+        raise MeasurementError(f"Model {model.name!r}: {e}") from e
+
+
+class Sampler(Protocol):
+    """What `time_interleaved` needs of a timer (`Timer`, `OrtTimer`)."""
+
+    @property
+    def done(self) -> bool:
+        """Whether sampling should stop."""
+
+    def sample(self) -> list[float]:
+        """Takes one batch of samples; returns them, ms per call."""
+
+    def result(self) -> stats.Timing:
+        """Summarises the samples."""
+
+
 class Timer:
     """Times one model under fixed settings, one batch of samples at a time.
 
@@ -116,9 +162,14 @@ class Timer:
             already be in force in this process.
         options: Sampling options.
         check_settings: Verify `settings` against the process first.
+        id_bounds: Exclusive upper bound of the ids of each flat input (None
+            for an input without one), instead of the bounds found in the
+            model's graph; for a model whose graph hides its Embeddings
+            (a SavedModel wrapped in `keras.layers.TFSMLayer`).
 
     Raises:
-        MeasurementError: If the settings cannot be honoured here.
+        MeasurementError: If the settings cannot be honoured here, or
+            `id_bounds` does not have one entry per input.
         ThreadPoolError: If the thread pools differ from `settings`.
     """
 
@@ -129,6 +180,7 @@ class Timer:
         options: TimingOptions | None = None,
         *,
         check_settings: bool = True,
+        id_bounds: Sequence[int | None] | None = None,
     ) -> None:
         self.model = model
         self.settings = settings
@@ -155,12 +207,18 @@ class Timer:
             _fresh_copy(model) for _ in range(self.options.weight_copies - 1)
         ]
         self._copies = max(input_copies, len(models))  # Calls per iteration.
-        sets = [
-            synthetic.synthetic_inputs(
-                model, settings.batch_size, seed=self.options.seed + c
+        if id_bounds is None:
+            sets = [
+                synthetic.synthetic_inputs(
+                    model, settings.batch_size, seed=self.options.seed + c
+                )
+                for c in range(input_copies)
+            ]
+        else:
+            sets = _arrays_with_bounds(
+                model, specs, id_bounds, input_copies, self.options.seed
             )
-            for c in range(input_copies)
-        ]
+        self._input_sets = sets
         self._inputs = [
             tf.constant(np.stack([s[n] for s in sets]))
             for n in range(len(specs))
@@ -232,6 +290,11 @@ class Timer:
     def calls_per_iteration(self) -> int:
         """Model calls per loop iteration (the number of copies)."""
         return self._copies
+
+    @property
+    def inputs(self) -> list[list[np.ndarray]]:
+        """The synthetic input arrays: per input copy, one per flat input."""
+        return self._input_sets
 
     @property
     def dispatch_ms(self) -> float:
@@ -342,6 +405,7 @@ def time_model(
     options: TimingOptions | None = None,
     *,
     check_settings: bool = True,
+    id_bounds: Sequence[int | None] | None = None,
 ) -> stats.Timing:
     """Times a Keras model (a brick or a whole model) on synthetic inputs.
 
@@ -352,6 +416,8 @@ def time_model(
             `dlbricks_tf.settings.configure_threads`).
         options: Sampling options; defaults to `TimingOptions()`.
         check_settings: Verify `settings` against the process first.
+        id_bounds: Exclusive id bound per flat input, overriding those
+            found in the model's graph (see `Timer`).
 
     Returns:
         Milliseconds per call: min, median, trimmed mean, max, CI.
@@ -359,11 +425,17 @@ def time_model(
     Raises:
         MeasurementError: If the model cannot be timed under `settings`.
     """
-    timer = Timer(model, settings, options, check_settings=check_settings)
+    timer = Timer(
+        model,
+        settings,
+        options,
+        check_settings=check_settings,
+        id_bounds=id_bounds,
+    )
     return time_interleaved([timer])[0]
 
 
-def time_interleaved(timers: Sequence[Timer]) -> list[stats.Timing]:
+def time_interleaved(timers: Sequence[Sampler]) -> list[stats.Timing]:
     """Samples timers in rounds until each is done; returns their results.
 
     Each round takes one batch of samples of every timer that is not done
@@ -371,7 +443,7 @@ def time_interleaved(timers: Sequence[Timer]) -> list[stats.Timing]:
     model) are taken close together in time on a noisy machine.
 
     Args:
-        timers: Timers to sample.
+        timers: Timers to sample: `Timer`s, `OrtTimer`s, or any `Sampler`.
 
     Returns:
         One `Timing` per timer, in order.

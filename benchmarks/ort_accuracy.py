@@ -1,0 +1,499 @@
+r"""Accuracy and speed-up of DLBricks on ONNX Runtime.
+
+The ONNX Runtime counterpart of benchmarks/accuracy.py. For each
+granularity G: decompose every model, convert each unique brick and each
+whole model to ONNX (tf2onnx, dynamic batch; files cached in
+`--out/onnx/`), then, model by model, time the whole model and its bricks
+not yet stored with ONNX Runtime (`dlbricks_tf.ort_timing.OrtTimer`) in
+interleaved rounds (one batch of samples of each per round; the whole
+model samples for as long as any of its bricks does), as
+`dlbricks_tf.job.run_granularity` does for TF, so that estimate and
+measurement are taken close together in time. Conversion is done before
+any timing starts, so TensorFlow's work does not share the machine with
+a measurement.
+
+Results go to `--out/store.sqlite` under run settings with
+`backend="onnxruntime"` as they finish, so a stopped run resumes: a brick
+stored (not noisy) is not timed again, and a model is timed again only if
+it has no stored result or some of its bricks are timed in this run
+(`--fresh` re-times everything). Writes `report.json` in the shape of
+benchmarks/accuracy.py (`system`, `settings`, `runs` with measured_ms,
+estimated_ms, estimated_parallel_ms, normalized; `corpus` per G with the
+geometric mean, min and max of the normalized latency and the speed-up)
+and prints a Markdown table. A model that cannot be converted is listed
+under `errors` and left out of the figures.
+
+Usage:
+    python -m benchmarks.ort_accuracy --models=ResNet50,MobileNetV2 \
+        --granularities=1 --out=dlbricks_out/ort_accuracy
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import os
+import re
+import time
+from pathlib import Path
+
+from absl import app, flags, logging
+
+from dlbricks_tf import corpus
+
+# One model per family (corpus.FAMILIES); --all for the 40.
+_DEFAULT_MODELS = list(corpus.FAMILIES)
+
+_MODELS = flags.DEFINE_list(
+    "models", _DEFAULT_MODELS, "keras.applications model names."
+)
+_ALL = flags.DEFINE_bool(
+    "all", False, "Use all keras.applications models (overrides --models)."
+)
+_GRANULARITIES = flags.DEFINE_list("granularities", ["1"], "Values of G.")
+_BATCH = flags.DEFINE_integer("batch_size", 1, "Batch size.", lower_bound=1)
+_INTRA = flags.DEFINE_integer(
+    "intra_op_threads", None, "Intra-op threads (default: physical cores).",
+    lower_bound=1,
+)  # fmt: skip
+_INTER = flags.DEFINE_integer(
+    "inter_op_threads", 1, "Inter-op threads.", lower_bound=1
+)
+_PRECISION = flags.DEFINE_float(
+    "precision", 0.02, "Relative CI half-width to stop at.", lower_bound=0
+)
+_MAX_SECONDS = flags.DEFINE_float(
+    "max_seconds", 5.0, "Sampling cap per whole model, seconds."
+)
+_MAX_SAMPLES = flags.DEFINE_integer(
+    "max_samples", 100, "Sampling cap per whole model.", lower_bound=1
+)
+_TARGET_MS = flags.DEFINE_float(
+    "target_sample_ms", 1.0, "Duration of one sample (K calls), ms."
+)
+_SAMPLES_PER_CALL = flags.DEFINE_integer(
+    "samples_per_call",
+    20,
+    "Samples one timer takes per round, at most.",
+    lower_bound=1,
+)
+_BRICK_MAX_SAMPLES = flags.DEFINE_integer(
+    "brick_max_samples",
+    60,
+    "Sampling cap per brick (a brick that never settles is flagged noisy).",
+    lower_bound=1,
+)
+_BRICK_MAX_SECONDS = flags.DEFINE_float(
+    "brick_max_seconds", 1.0, "Sampling cap per brick, seconds."
+)
+_COPIES = flags.DEFINE_integer(
+    "input_copies", 1, "Input copies the calls rotate through.", lower_bound=1
+)
+_WEIGHT_COPIES = flags.DEFINE_integer(
+    "weight_copies",
+    1,
+    "Sessions of each brick the calls rotate through (cold weights).",
+    lower_bound=1,
+)
+_ABSOLUTE_MS = flags.DEFINE_float(
+    "absolute_precision_ms",
+    0.001,
+    "Also stop once the median's CI half-width is below this, ms.",
+    lower_bound=0,
+)
+_FRESH = flags.DEFINE_bool(
+    "fresh", False, "Re-time every brick and model, even if stored."
+)
+_OUT = flags.DEFINE_string(
+    "out", "dlbricks_out/ort_accuracy", "Output folder (report, store, onnx)."
+)
+
+
+def _model_names() -> list[str]:
+    return list(corpus.APPLICATIONS if _ALL.value else _MODELS.value)
+
+
+def _stem(name: str) -> str:
+    """A file-name-safe form of a model name."""
+    return re.sub(r"[^A-Za-z0-9_.-]+", "_", name)
+
+
+def _convert(build, folder: Path, stem: str, batch_size: int):
+    """(path, id bounds) of a cached or new ONNX file of a Keras model.
+
+    `build(batch)` returns the Keras model; a dynamic batch is tried first,
+    then the batch size timed (some bricks only build with a fixed one).
+    The `.json` beside a file is written last: without it, the file is
+    converted again.
+
+    Raises:
+        dlbricks_tf.Error: If neither converts.
+    """
+    from dlbricks_tf import errors, ort_timing
+
+    names = ((None, stem), (batch_size, f"{stem}-b{batch_size}"))
+    for _, name in names:
+        path = folder / f"{name}.onnx"
+        bounds = ort_timing.load_id_bounds(path)
+        if bounds is not None and path.is_file():
+            return path, bounds
+    failure = None
+    for batch, name in names:
+        try:
+            model = build(batch)
+            return ort_timing.convert_for_ort(
+                model, folder, name, batch_size=batch
+            )
+        except Exception as e:  # Keras and tf2onnx raise many types.
+            failure = e
+    if isinstance(failure, errors.Error):
+        raise failure
+    raise errors.Error(f"{type(failure).__name__}: {failure}") from failure
+
+
+class _Clock:
+    """Wall-clock seconds spent, by kind of work."""
+
+    def __init__(self) -> None:
+        self.seconds = {"campaign": 0.0, "end_to_end": 0.0, "conversion": 0.0}
+
+    def run(self, kind, fn, *args, **kwargs):
+        start = time.perf_counter()
+        try:
+            return fn(*args, **kwargs)
+        finally:
+            self.seconds[kind] += time.perf_counter() - start
+
+
+def _prepare(g, sources, settings, stored, stored_models, folder, clock):
+    """Decomposes every model and converts what will be timed.
+
+    Returns:
+        (decompositions, {model: (path, bounds)}, {signature: (path,
+        bounds)}, {model: error}) for the models that can be estimated.
+    """
+    import keras
+
+    from dlbricks_tf import errors
+    from dlbricks_tf.decompose import decompose
+
+    decompositions, model_files, brick_files, failed = {}, {}, {}, {}
+    for i, source in enumerate(sources):
+        keras.backend.clear_session()
+        model = source.build()
+        try:
+            d = clock.run("campaign", decompose, model, g)
+        except errors.Error as e:
+            failed[source.name] = str(e)
+            continue
+        todo = [
+            b
+            for b in dict((b.signature, b) for b in d.bricks).values()
+            if b.signature not in stored and b.signature not in brick_files
+        ]
+        try:
+            for j, brick in enumerate(todo):
+                brick_files[brick.signature] = clock.run(
+                    "conversion",
+                    _convert,
+                    brick.build,
+                    folder,
+                    f"brick-{brick.signature}",
+                    settings.batch_size,
+                )
+                if (j + 1) % 25 == 0:
+                    logging.info(
+                        "G=%d %s: %d/%d bricks converted",
+                        g,
+                        source.name,
+                        j + 1,
+                        len(todo),
+                    )
+            if todo or source.name not in stored_models:
+                model_files[source.name] = clock.run(
+                    "conversion",
+                    _convert,
+                    lambda batch, m=model: m,
+                    folder,
+                    f"model-{_stem(source.name)}",
+                    settings.batch_size,
+                )
+        except errors.Error as e:
+            failed[source.name] = str(e).splitlines()[0]
+            logging.warning("G=%d %s: skipped: %s", g, source.name, e)
+            continue
+        finally:
+            del model
+        decompositions[source.name] = d
+        logging.info(
+            "G=%d prepared %d/%d: %s (%d bricks, %d unique to time, ONNX "
+            "in %s)",
+            g,
+            i + 1,
+            len(sources),
+            source.name,
+            len(d.bricks),
+            len(todo),
+            folder,
+        )
+    keras.backend.clear_session()
+    return decompositions, model_files, brick_files, failed
+
+
+def _interleave(model_timer, brick_timers, clock, on_brick, on_model):
+    """Samples the model and its bricks in rounds, as job.run_granularity.
+
+    The whole model keeps sampling for as long as any brick does, so its
+    median covers the same stretch of time as theirs; samples past its own
+    stopping point are charged to no wall clock.
+    """
+    pending = [(None, "end_to_end", model_timer)] if model_timer else []
+    pending += [(s, "campaign", t) for s, t in brick_timers.items()]
+    model_counted = model_timer is not None
+    while pending:
+        for _, kind, timer in pending:
+            if timer is model_timer and not model_counted:
+                timer.sample()
+            else:
+                clock.run(kind, timer.sample)
+        bricks_left = any(
+            not t.done for _, _, t in pending if t is not model_timer
+        )
+        left = []
+        for key, kind, timer in pending:
+            if timer is model_timer:
+                if model_counted and timer.done:
+                    model_counted = False
+                    on_model()
+                if bricks_left or not timer.done:
+                    left.append((key, kind, timer))
+            elif not timer.done:
+                left.append((key, kind, timer))
+            else:
+                on_brick(key, timer.result())
+        pending = left
+
+
+def _row(name, g, settings, measured, results, d, new_bricks):
+    from dlbricks_tf import estimate as estimate_lib
+
+    seq = estimate_lib.estimate(d, results, "sequential")
+    par = estimate_lib.estimate(d, results, "parallel")
+    low = estimate_lib.estimate(d, results, statistic="min")
+    return {
+        "model": name,
+        "granularity": g,
+        "batch_size": settings.batch_size,
+        "measured_ms": measured.median_ms,
+        "estimated_ms": seq.ms,
+        "estimated_parallel_ms": par.ms,
+        "normalized": seq.ms / measured.median_ms
+        if measured.median_ms > 0
+        else math.inf,
+        "normalized_min": low.ms / measured.min_ms
+        if measured.min_ms > 0
+        else math.inf,
+        "estimated_low_ms": seq.low_ms,
+        "estimated_high_ms": seq.high_ms,
+        "measured_noisy": measured.noisy,
+        "dispatch_ms": measured.dispatch_ms,
+        "noisy_bricks": len(seq.noisy_signatures),
+        "bricks": seq.bricks,
+        "new_unique_bricks": new_bricks,
+    }
+
+
+def _run_granularity(g, sources, settings, fp, options, brick_options, store):
+    """Measures every model at one G on ORT; returns (runs, corpus, errors)."""
+    from dlbricks_tf import estimate as estimate_lib
+    from dlbricks_tf import job, ort_timing
+    from dlbricks_tf import suite as suite_lib
+
+    clock = _Clock()
+    fresh = _FRESH.value
+    stored = {} if fresh else store.results(settings, fp, accept_noisy=False)
+    stored_models = {
+        s.name: t
+        for s in sources
+        if not fresh and (t := store.get_model(s.name, settings, fp))
+    }
+    folder = Path(_OUT.value) / "onnx"
+    folder.mkdir(parents=True, exist_ok=True)
+    decompositions, model_files, brick_files, failed = _prepare(
+        g, sources, settings, stored, stored_models, folder, clock
+    )
+    suite = suite_lib.build_suite(decompositions)
+    results = {s: stored[s] for s in suite.signatures if s in stored}
+    total = len(model_files) + sum(s not in results for s in suite.signatures)
+    progress = {"done": 0}
+
+    def tick(name):
+        progress["done"] += 1
+        n = progress["done"]
+        if n == total or n % 10 == 0:
+            logging.info("G=%d %s: %d/%d timers done", g, name, n, total)
+
+    runs, measured = [], {}
+    for source in sources:
+        if source.name not in decompositions:
+            continue
+        d = decompositions[source.name]
+        brick_timers = {}
+        for brick in d.bricks:
+            sig = brick.signature
+            if sig in results or sig in brick_timers:
+                continue
+            path, bounds = brick_files[sig]
+            brick_timers[sig] = clock.run(
+                "campaign",
+                ort_timing.OrtTimer,
+                path,
+                settings,
+                brick_options,
+                id_bounds=bounds,
+            )
+        model_timer = None
+        if source.name in model_files:
+            path, bounds = model_files[source.name]
+            model_timer = clock.run(
+                "end_to_end",
+                ort_timing.OrtTimer,
+                path,
+                settings,
+                options,
+                id_bounds=bounds,
+            )
+
+        def on_brick(sig, timing, name=source.name):
+            results[sig] = timing
+            store.put(sig, settings, fp, timing)  # Committed at once.
+            tick(name)
+
+        _interleave(
+            model_timer,
+            brick_timers,
+            clock,
+            on_brick,
+            lambda name=source.name: tick(name),
+        )
+        if model_timer is not None:
+            measured[source.name] = model_timer.result()
+            store.put_model(source.name, settings, fp, measured[source.name])
+        else:
+            measured[source.name] = stored_models[source.name]
+        row = _row(
+            source.name,
+            g,
+            settings,
+            measured[source.name],
+            results,
+            d,
+            len(brick_timers),
+        )
+        runs.append(row)
+        logging.info(
+            "G=%d %s: measured %.3f ms, estimated %.3f ms (x%.3f), "
+            "%d bricks, %d timed",
+            g,
+            source.name,
+            row["measured_ms"],
+            row["estimated_ms"],
+            row["normalized"],
+            row["bricks"],
+            len(brick_timers),
+        )
+        del brick_timers, model_timer
+    if not runs:
+        return runs, None, failed
+    normalized = [r["normalized"] for r in runs]
+    corpus_row = {
+        "granularity": g,
+        "geomean_normalized": job.geomean(normalized),
+        "min_normalized": min(normalized),
+        "max_normalized": max(normalized),
+        "speedup": estimate_lib.speedup(
+            {n: t.median_ms for n, t in measured.items()},
+            {s: results[s].median_ms for s in suite.signatures},
+        ),
+        "campaign_wall_s": clock.seconds["campaign"],
+        "end_to_end_wall_s": clock.seconds["end_to_end"],
+        "conversion_wall_s": clock.seconds["conversion"],
+        "unique_bricks": len(suite),
+        "total_bricks": suite.total_bricks,
+    }
+    return runs, corpus_row, failed
+
+
+def main(argv: list[str]) -> None:
+    if len(argv) > 1:
+        raise app.UsageError(f"Unexpected arguments: {argv[1:]}")
+    try:
+        granularities = [int(g) for g in _GRANULARITIES.value]
+    except ValueError:
+        raise app.UsageError("--granularities must be integers.") from None
+    if any(g < 1 for g in granularities):
+        raise app.UsageError("--granularities must be 1 or more.")
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+    from dlbricks_tf import job
+    from dlbricks_tf import settings as settings_lib
+
+    try:
+        sources = job.resolve_models(_model_names())
+    except job.ModelSourceError as e:
+        raise app.UsageError(str(e)) from None
+    settings = settings_lib.RunSettings.default(
+        _BATCH.value,
+        intra_op_threads=_INTRA.value,
+        inter_op_threads=_INTER.value,
+        backend="onnxruntime",
+    )
+    from dlbricks_tf import errors, ort_timing
+    from dlbricks_tf.fingerprint import system_fingerprint
+    from dlbricks_tf.report import format_report
+    from dlbricks_tf.store import Store
+
+    options = ort_timing.TimingOptions(
+        precision=_PRECISION.value,
+        max_samples=_MAX_SAMPLES.value,
+        max_seconds=_MAX_SECONDS.value,
+        target_sample_ms=_TARGET_MS.value,
+        samples_per_call=_SAMPLES_PER_CALL.value,
+        input_copies=_COPIES.value,
+        absolute_precision_ms=_ABSOLUTE_MS.value,
+    )
+    # Weight copies emulate a whole model's cold weights: bricks only.
+    brick_options = dataclasses.replace(
+        options,
+        weight_copies=_WEIGHT_COPIES.value,
+        max_samples=_BRICK_MAX_SAMPLES.value,
+        max_seconds=_BRICK_MAX_SECONDS.value,
+    )
+    out = Path(_OUT.value)
+    out.mkdir(parents=True, exist_ok=True)
+    fp = system_fingerprint()
+    report = job.new_report(fp, settings, brick_options)
+    report["errors"] = {}
+    logging.info("ONNX Runtime %s, settings %s", fp.onnxruntime, settings.key())
+    try:
+        with Store(out / "store.sqlite") as store:
+            for g in granularities:
+                runs, corpus_row, failed = _run_granularity(
+                    g, sources, settings, fp, options, brick_options, store
+                )
+                report["runs"] += runs
+                if corpus_row is not None:
+                    report["corpus"].append(corpus_row)
+                for name, message in failed.items():
+                    report["errors"][f"G={g} {name}"] = message
+                # Rewrite after every G so a stopped run keeps what it did.
+                job.write_report(report, out / "report.json")
+    except errors.Error as e:  # One line, no traceback.
+        raise SystemExit(f"ort_accuracy: {str(e).splitlines()[0]}") from None
+    print(format_report(report))
+    for key, message in report["errors"].items():
+        print(f"skipped {key}: {message}")
+    print(f"\nReport: {out / 'report.json'}")
+
+
+if __name__ == "__main__":
+    app.run(main)

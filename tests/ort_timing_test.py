@@ -1,0 +1,353 @@
+"""Tests for dlbricks_tf/ort_timing.py, and for explicit TF id bounds.
+
+Real ONNX Runtime sessions on small converted models; no test asserts a
+speed. The protocol is checked by counting: ORT's own profiler records one
+`model_run` event per `Run`, which must match the runs the timer says it
+made, S x K per batch of samples.
+"""
+
+import ast
+import dataclasses
+import json
+import math
+import os
+import subprocess
+import sys
+import textwrap
+
+import keras
+import models
+import numpy as np
+import onnxruntime as ort
+import pytest
+import tensorflow as tf
+from keras import layers
+
+import dlbricks_tf
+from dlbricks_tf import errors, ort_timing, store, synthetic, timing
+from dlbricks_tf import settings as settings_lib
+from dlbricks_tf.fingerprint import system_fingerprint
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+ORT = settings_lib.RunSettings(
+    batch_size=2, intra_op_threads=1, inter_op_threads=1, backend="onnxruntime"
+)
+FAST = timing.TimingOptions(
+    min_samples=5,
+    max_samples=12,
+    max_seconds=0.5,
+    target_sample_ms=0.2,
+    samples_per_call=4,
+    warmup_calls=1,
+)
+
+
+@pytest.fixture(scope="module")
+def chain_onnx(tmp_path_factory):
+    """models.chain() converted to ONNX, with its id bounds beside it."""
+    folder = tmp_path_factory.mktemp("onnx")
+    path, _ = ort_timing.convert_for_ort(models.chain()[0], folder)
+    return path
+
+
+@pytest.fixture(scope="module")
+def multi_io_onnx(tmp_path_factory):
+    """models.multi_io() (float, int ids < 20, bool mask) as ONNX."""
+    folder = tmp_path_factory.mktemp("onnx")
+    path, bounds = ort_timing.convert_for_ort(models.multi_io()[0], folder)
+    return path, bounds
+
+
+def test_session_uses_the_requested_threads(chain_onnx):
+    settings = settings_lib.RunSettings(
+        batch_size=1,
+        intra_op_threads=2,
+        inter_op_threads=3,
+        backend="onnxruntime",
+    )
+    session = ort_timing.session_for(chain_onnx, settings)
+    options = session.get_session_options()
+    assert options.intra_op_num_threads == 2
+    assert options.inter_op_num_threads == 3
+    assert options.execution_mode == ort.ExecutionMode.ORT_SEQUENTIAL
+    assert (
+        options.graph_optimization_level
+        == ort.GraphOptimizationLevel.ORT_ENABLE_ALL
+    )
+    assert session.get_providers() == ["CPUExecutionProvider"]
+
+
+def test_arrays_for_specs_respect_bounds_and_dtypes():
+    specs = [
+        ((5,), "int32"),
+        ((2, 3), "int64"),
+        ((4,), "bool"),
+        ((3,), "float32"),
+        ((3,), "float16"),
+        ((6,), "uint8"),
+    ]
+    bounds = [7, None, None, 100, None, 1000]
+    arrays = synthetic.arrays_for_specs(specs, bounds, 4, seed=3)
+    assert [a.shape for a in arrays] == [
+        (4, 5),
+        (4, 2, 3),
+        (4, 4),
+        (4, 3),
+        (4, 3),
+        (4, 6),
+    ]
+    assert [a.dtype.name for a in arrays] == [d for _, d in specs]
+    ids, small, mask, floats, halves, bytes_ = arrays
+    assert 0 <= ids.min() and ids.max() < 7
+    assert 0 <= small.min() and small.max() < synthetic.SMALL_INT_HIGH
+    assert set(np.unique(mask)) <= {False, True}
+    assert floats.min() < 0 < floats.max()  # A bound on floats is ignored.
+    assert np.isfinite(halves).all()
+    assert bytes_.max() <= 255
+    again = synthetic.arrays_for_specs(specs, bounds, 4, seed=3)
+    for a, b in zip(arrays, again, strict=True):
+        np.testing.assert_array_equal(a, b)
+
+
+def test_arrays_for_specs_equal_synthetic_inputs_of_the_model():
+    model = models.multi_io()[0]
+    specs = [(tuple(t.shape[1:]), str(t.dtype)) for t in model.inputs]
+    bounds = synthetic.id_bounds(model)
+    assert 20 in bounds
+    got = synthetic.arrays_for_specs(specs, bounds, 3, seed=5)
+    want = synthetic.synthetic_inputs(model, 3, seed=5)
+    for a, b in zip(got, want, strict=True):
+        np.testing.assert_array_equal(a, b)
+
+
+@pytest.mark.parametrize(
+    "bounds, match",
+    [([3], "one bound"), ([0, None], "positive"), ([2.5, None], "positive")],
+)
+def test_arrays_for_specs_refuse_bad_bounds(bounds, match):
+    specs = [((2,), "int32"), ((2,), "float32")]
+    with pytest.raises(ValueError, match=match):
+        synthetic.arrays_for_specs(specs, bounds, 1)
+
+
+def _check(t, options=FAST):
+    values = (t.min_ms, t.median_ms, t.trimmed_mean_ms, t.max_ms)
+    assert all(math.isfinite(v) for v in values)
+    assert t.median_ms > 0
+    assert t.min_ms <= t.median_ms <= t.max_ms
+    assert t.min_ms <= t.trimmed_mean_ms <= t.max_ms
+    assert t.ci_low_ms <= t.median_ms <= t.ci_high_ms
+    assert 1 <= t.samples <= options.max_samples
+    if not t.noisy:
+        assert t.samples >= options.min_samples
+    assert 1 <= t.calls_per_sample <= options.max_calls_per_sample
+
+
+def test_ort_timer_gives_a_consistent_timing(chain_onnx):
+    timer = ort_timing.OrtTimer(chain_onnx, ORT, FAST)
+    [t] = timing.time_interleaved([timer])
+    _check(t)
+    assert t.calls_per_sample == timer.calls_per_sample
+    assert len(timer.samples) == t.samples
+    # The calibrated Run overhead is what was subtracted.
+    assert t.dispatch_ms > 0
+    assert t.loop_overhead_ms == t.dispatch_ms == timer.overhead_per_call_ms
+    assert timer.inputs[0][0].shape == (2, 16, 16, 3)
+
+
+def test_no_subtraction_when_asked(chain_onnx):
+    options = dataclasses.replace(FAST, subtract_loop_overhead=False)
+    t = ort_timing.time_onnx(chain_onnx, ORT, options)
+    assert t.loop_overhead_ms == 0 and t.dispatch_ms > 0
+
+
+@pytest.mark.parametrize("copies", [1, 2])
+def test_each_sample_makes_k_runs(tmp_path, chain_onnx, copies):
+    options = dataclasses.replace(
+        FAST,
+        max_calls_per_sample=6,
+        samples_per_call=3,
+        input_copies=copies,
+        weight_copies=copies,
+    )
+    timer = ort_timing.OrtTimer(
+        chain_onnx, ORT, options, profile_prefix=str(tmp_path / "profile")
+    )
+    timer.sample()  # Warm-up, calibration, then one batch.
+    k, s = timer.calls_per_sample, timer.samples_per_call
+    assert 1 <= k <= 6 and k % copies == 0 and s == 3
+    before = timer.runs
+    assert len(timer.sample()) == s
+    assert timer.runs - before == s * k
+    # ORT's profiler counts one model_run per Run: the loop made them all,
+    # spread evenly over the weight copies (sessions).
+    counts = []
+    for session in timer.sessions:
+        with open(session.end_profiling()) as f:
+            events = json.load(f)
+        counts.append(sum(e.get("name") == "model_run" for e in events))
+    assert sum(counts) == timer.runs
+    assert len(set(counts)) == 1
+
+
+def test_ort_timers_interleave_with_tf_timers(chain_onnx):
+    model = models.chain()[0]
+    tf_settings = settings_lib.RunSettings(
+        batch_size=2, intra_op_threads=1, inter_op_threads=1
+    )
+    tf_timer = timing.Timer(model, tf_settings, FAST, check_settings=False)
+    ort_timer = ort_timing.OrtTimer(chain_onnx, ORT, FAST)
+    results = timing.time_interleaved([ort_timer, tf_timer])
+    for t in results:
+        _check(t)
+    assert results[0] == ort_timer.result()
+
+
+def test_keras_brick_on_ort_records_its_id_bounds(tmp_path):
+    d = dlbricks_tf.decompose(models.multi_io()[0], granularity=2)
+    brick = next(b for b in d.bricks if "embedding" in " ".join(b.layers))
+    built = brick.build(None)
+    t = ort_timing.time_keras_model_on_ort(built, ORT, FAST, tmp_path)
+    _check(t)
+    onnx_files = list(tmp_path.glob("*.onnx"))
+    assert len(onnx_files) == 1
+    assert ort_timing.load_id_bounds(onnx_files[0]) == [20]
+
+
+def test_explicit_id_bounds_on_ort(multi_io_onnx):
+    path, bounds = multi_io_onnx
+    assert bounds == [None, 20, None]
+    timer = ort_timing.OrtTimer(path, ORT, FAST, id_bounds=[None, 3, None])
+    timer.sample()
+    ids = timer.inputs[0][1]
+    assert ids.dtype == np.int32 and ids.max() < 3
+    assert timer.inputs[0][2].dtype == np.bool_
+
+
+def test_result_goes_into_the_store_and_back(tmp_path, chain_onnx):
+    t = ort_timing.time_onnx(chain_onnx, ORT, FAST)
+    fp = system_fingerprint()
+    with store.Store(tmp_path / "s.sqlite") as s:
+        s.put("sig", ORT, fp, t)
+        s.put_model("chain", ORT, fp, t)
+    tf_settings = dataclasses.replace(ORT, backend="tf")
+    with store.Store(tmp_path / "s.sqlite") as s:
+        assert s.get("sig", ORT, fp) == t
+        assert s.get_model("chain", ORT, fp) == t
+        assert s.results(ORT, fp) == {"sig": t}
+        assert s.get("sig", tf_settings, fp) is None
+    assert ORT.key().startswith("onnxruntime-")
+
+
+class _HiddenEmbedding(layers.Layer):
+    """An Embedding the graph walk cannot see (as in a TFSMLayer)."""
+
+    def __init__(self, input_dim, **kwargs):
+        super().__init__(**kwargs)
+        self.inner = layers.Embedding(input_dim, 2)
+
+    def call(self, ids):
+        return self.inner(ids)
+
+
+def test_tf_timer_with_explicit_id_bounds_keeps_ids_below_them():
+    ids = keras.Input((6,), dtype="int32")
+    model = keras.Model(ids, _HiddenEmbedding(3)(ids))
+    settings = settings_lib.RunSettings(
+        batch_size=4, intra_op_threads=1, inter_op_threads=1
+    )
+    assert synthetic.id_bounds(model) == [None]  # Hidden from the walk.
+    unbounded = timing.Timer(model, settings, FAST, check_settings=False)
+    assert unbounded.inputs[0][0].max() >= 3  # Out of the Embedding's range.
+    with pytest.raises(tf.errors.InvalidArgumentError):
+        unbounded.sample()  # An out-of-range id fails on CPU.
+    options = dataclasses.replace(FAST, input_copies=2)
+    timer = timing.Timer(
+        model, settings, options, check_settings=False, id_bounds=[3]
+    )
+    assert len(timer.inputs) == 2
+    for copy in timer.inputs:
+        assert copy[0].shape == (4, 6) and copy[0].max() < 3
+    # Runs on the bounded ids (an id >= 3 would fail the lookup). A call
+    # this small may be all loop overhead: the median may be 0.
+    t = timing.time_interleaved([timer])[0]
+    assert 1 <= t.samples <= options.max_samples and t.median_ms >= 0
+    with pytest.raises(timing.MeasurementError, match="id_bounds"):
+        timing.Timer(
+            model, settings, FAST, check_settings=False, id_bounds=[3, 4]
+        )
+
+
+def test_bad_settings_and_inputs_raise(chain_onnx):
+    tf_settings = dataclasses.replace(ORT, backend="tf")
+    with pytest.raises(timing.MeasurementError, match="backend"):
+        ort_timing.OrtTimer(chain_onnx, tf_settings, FAST)
+    with pytest.raises(timing.MeasurementError, match="jit_compile"):
+        ort_timing.OrtTimer(
+            chain_onnx, dataclasses.replace(ORT, jit_compile=True), FAST
+        )
+    with pytest.raises(timing.MeasurementError, match="input_specs"):
+        ort_timing.OrtTimer(
+            chain_onnx, ORT, FAST, input_specs=[((16, 16, 4), "float32")]
+        )
+    with pytest.raises(timing.MeasurementError, match="2 input_specs"):
+        ort_timing.OrtTimer(
+            chain_onnx, ORT, FAST, input_specs=[((1,), "float32")] * 2
+        )
+    with pytest.raises(timing.MeasurementError, match="cannot load"):
+        ort_timing.OrtTimer(os.path.abspath(__file__), ORT, FAST)
+    with pytest.raises(timing.MeasurementError, match="sample"):
+        ort_timing.OrtTimer(chain_onnx, ORT, FAST).result()
+
+
+def test_missing_onnxruntime_is_a_one_line_error(tmp_path):
+    fake = tmp_path / "fake"
+    fake.mkdir()
+    (fake / "onnxruntime.py").write_text(
+        "raise ImportError(\"No module named 'onnxruntime' (simulated)\")\n"
+    )
+    script = textwrap.dedent(
+        """
+        from dlbricks_tf import errors, ort_timing, settings
+        s = settings.RunSettings(1, 1, 1, backend="onnxruntime")
+        try:
+            ort_timing.session_for("missing.onnx", s)
+        except ort_timing.OnnxRuntimeMissingError as e:
+            assert isinstance(e, errors.Error)
+            assert isinstance(e, ort_timing.MeasurementError)
+            print("ERROR=" + repr(str(e)))
+        """
+    )
+    env = {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join([str(fake), REPO]),
+        "TF_CPP_MIN_LOG_LEVEL": "3",
+    }
+    done = subprocess.run(
+        [sys.executable, "-c", script],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    lines = [x for x in done.stdout.splitlines() if x.startswith("ERROR=")]
+    assert len(lines) == 1
+    message = ast.literal_eval(lines[0][len("ERROR=") :])
+    assert "\n" not in message
+    assert "pip install onnxruntime" in message
+    assert "--backend=tf" in message
+    assert issubclass(ort_timing.OnnxRuntimeMissingError, errors.Error)
+
+
+def test_run_overhead_is_calibrated_once_per_input_specs(chain_onnx):
+    first = ort_timing.OrtTimer(chain_onnx, ORT, FAST)
+    first.sample()
+    again = ort_timing.OrtTimer(chain_onnx, ORT, FAST)
+    again.sample()
+    assert again.dispatch_ms == first.dispatch_ms > 0  # Measured once.
+
+
+if __name__ == "__main__":
+    raise SystemExit(pytest.main([__file__, "-q"]))
