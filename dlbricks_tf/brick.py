@@ -45,7 +45,9 @@ class Brick:
     calls: tuple[Call, ...] = dataclasses.field(repr=False, compare=False)
     factory: replay.LayerFactory = dataclasses.field(repr=False, compare=False)
 
-    def build(self, batch_size: int | None = 1) -> keras.Model:
+    def build(
+        self, batch_size: int | None = 1, *, anonymous: bool = False
+    ) -> keras.Model:
         """A fresh, runnable `keras.Model` of this brick, with new weights.
 
         Each source layer becomes one fresh layer named `layer_name(...)` of
@@ -54,6 +56,11 @@ class Brick:
 
         Args:
             batch_size: the batch dimension of the inputs (None: dynamic).
+            anonymous: name the layers `layer_0`, `layer_1`, ... in call
+                order (a shared layer keeps one name), the inputs
+                `input_0`, ... and the model `brick`, so that no name of
+                the source model is in the built model (for a suite that is
+                shared, see `dlbricks_tf.export`).
 
         Returns:
             A model taking one tensor (or a list, for several inputs) and
@@ -69,9 +76,13 @@ class Brick:
             )
         tensors = {}
         inputs = []
-        for t, spec in zip(self.input_ids, self.inputs, strict=True):
+        for i, (t, spec) in enumerate(
+            zip(self.input_ids, self.inputs, strict=True)
+        ):
             x = keras.Input(
-                batch_shape=(batch_size, *spec.shape), dtype=spec.dtype
+                batch_shape=(batch_size, *spec.shape),
+                dtype=spec.dtype,
+                name=f"input_{i}" if anonymous else None,
             )
             tensors[t] = x
             inputs.append(x)
@@ -79,7 +90,8 @@ class Brick:
         for c in self.calls:
             op = layers.get(c.name)
             if op is None:
-                op = self.factory.create(c, name=layer_name(c.name))
+                name = f"layer_{len(layers)}" if anonymous else None
+                op = self.factory.create(c, name=name or layer_name(c.name))
                 layers[c.name] = op
             outs = replay.call(op, c.node, [tensors[t] for t in c.inputs])
             for slot, t in zip(c.output_slots, c.outputs, strict=True):
@@ -88,5 +100,5 @@ class Brick:
         return keras.Model(
             inputs=inputs[0] if len(inputs) == 1 else inputs,
             outputs=outputs[0] if len(outputs) == 1 else outputs,
-            name=f"brick_{self.signature}",
+            name="brick" if anonymous else f"brick_{self.signature}",
         )
