@@ -44,7 +44,7 @@ class Configuration:
 
     @property
     def label(self) -> str:
-        """A short readable name, e.g. 'tf t2x1 b1 | Xeon E5 [3f9a0c]'."""
+        """A short readable name, e.g. 'tf t2x1 b1 @ Xeon E5 [3f9a0c]'."""
         s = self.settings
         cpu = " ".join(
             w
@@ -55,7 +55,7 @@ class Configuration:
         )
         return (
             f"{s.backend} t{s.intra_op_threads}x{s.inter_op_threads} "
-            f"b{s.batch_size} | {cpu[:24]} [{self.fingerprint.id[:6]}]"
+            f"b{s.batch_size} @ {cpu[:24]} [{self.fingerprint.id[:6]}]"
         )
 
 
