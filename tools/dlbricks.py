@@ -11,12 +11,24 @@ Commands:
              EfficientNetB0 at G=1, 2-4 minutes on two cores.
   decompose  print each model's bricks (layers, classes, input shapes,
              signature) and the unique counts.
-  bench      time the unique bricks of --models missing from --db.
+  bench      time the unique bricks of --models missing from --db, or
+             those of an exported --suite folder (no model needed) on
+             --backend=tf (SavedModels) or onnxruntime (ONNX files); only
+             one shard of them with --shard_index/--num_shards or under
+             Bazel sharding, a Slurm array or a Kubernetes Indexed Job.
   measure    time --models end to end into --db.
   estimate   estimate --models from the brick timings in --db
-             (--mode=sequential or parallel).
+             (--mode=sequential or parallel); with --recipe=FILE,...
+             estimate from recipe files instead, without the models
+             (the timings of --backend).
+  export     write the unique bricks of --models at one G to --suite
+             (SavedModel, .keras and ONNX each, fresh weights, no names:
+             shareable) and one private recipe per model to --recipes.
   merge      copy the results of the store files given as arguments into
              --db: `dlbricks merge --db=all.sqlite a.sqlite b.sqlite`.
+  report     print <out>/report.json; with --compare, estimate --models
+             (or --recipe files) on every machine and backend in --db,
+             name the fastest, and log it to TensorBoard (--logdir).
   analyze    corpus figures (repeatability, layer types, similarity,
              reuse; the trade-off over G when --db has timings) under
              <out>/analysis.
@@ -31,6 +43,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import os
+import signal
 import sys
 import tempfile
 import time
@@ -43,7 +56,9 @@ COMMANDS = (
     "bench",
     "measure",
     "estimate",
+    "export",
     "merge",
+    "report",
     "analyze",
 )
 
@@ -133,6 +148,21 @@ _WEIGHT_COPIES = flags.DEFINE_integer(
 _RETIME = flags.DEFINE_bool(
     "retime", False, "Time every brick again, even those already stored."
 )
+_SHARD_INDEX = flags.DEFINE_integer(
+    "shard_index",
+    None,
+    "bench: time only this shard (0-based) of the suite (default: from "
+    "TEST_SHARD_INDEX, SLURM_ARRAY_TASK_ID or JOB_COMPLETION_INDEX).",
+    lower_bound=0,
+)
+_NUM_SHARDS = flags.DEFINE_integer(
+    "num_shards",
+    None,
+    "bench: the number of shards the suite is cut into (default: from "
+    "TEST_TOTAL_SHARDS or SLURM_ARRAY_TASK_COUNT; a Kubernetes Indexed "
+    "Job must pass it).",
+    lower_bound=1,
+)
 _GRAPHS = flags.DEFINE_integer(
     "graphs",
     3,
@@ -146,6 +176,36 @@ _UNSAFE = flags.DEFINE_bool(
     "unsafe_deserialization",
     False,
     "Allow Lambda layers from model files (runs code from the file).",
+)
+_SUITE = flags.DEFINE_string(
+    "suite",
+    None,
+    "Suite folder of unique bricks: export writes it (default: "
+    "<out>/suite). It holds no model name or weight: it can be shared.",
+)
+_RECIPES = flags.DEFINE_string(
+    "recipes",
+    None,
+    "export: folder of the per-model recipes, <model>.recipe.json "
+    "(default: <out>/recipes). They name the models: keep them private.",
+)
+_RECIPE = flags.DEFINE_list(
+    "recipe",
+    None,
+    "estimate: comma list of recipe files written by export, estimated "
+    "instead of --models (no model is read).",
+)
+_COMPARE = flags.DEFINE_bool(
+    "compare",
+    False,
+    "report: compare the estimates of each model on every machine "
+    "(fingerprint) and backend the store holds.",
+)
+_BACKEND = flags.DEFINE_enum(
+    "backend",
+    "tf",
+    ["tf", "onnxruntime"],
+    "Backend of the timings: estimate --recipe uses the results timed with it.",
 )
 
 
@@ -165,16 +225,32 @@ flags.register_validator(
     _valid_granularity,
     message="--granularity must be integers of 1 or more, e.g. 1 or 1,2,3.",
 )
-flags.register_validator(
-    "intra_op_threads",
-    lambda v: v is None or v <= (os.cpu_count() or 1),
-    message=f"--intra_op_threads must be at most the {os.cpu_count()} CPUs "
-    "of this machine.",
-)
+
+
+def _usable_cpus() -> int:
+    """CPUs this process may run on (its affinity), at least 1."""
+    try:
+        return len(os.sched_getaffinity(0)) or 1
+    except (AttributeError, OSError):
+        return os.cpu_count() or 1
+
+
+for _name in ("intra_op_threads", "inter_op_threads"):
+    flags.register_validator(
+        _name,
+        lambda v: v is None or v <= _usable_cpus(),
+        message=f"--{_name} must be at most the {_usable_cpus()} CPUs this "
+        "process may use",
+    )
 flags.register_multi_flags_validator(
     ["min_samples", "max_samples"],
     lambda f: f["min_samples"] <= f["max_samples"],
     message="--min_samples must not exceed --max_samples.",
+)
+flags.register_multi_flags_validator(
+    ["shard_index", "num_shards"],
+    lambda f: None in f.values() or f["shard_index"] < f["num_shards"],
+    message="--shard_index must be below --num_shards (shards run from 0)",
 )
 
 
@@ -243,8 +319,9 @@ class _Progress:
     line is printed at most every 30 s and at the end.
     """
 
-    def __init__(self, label: str = "") -> None:
+    def __init__(self, label: str = "", verb: str = "timed") -> None:
         self._label = label
+        self._verb = verb
         self._tty = sys.stdout.isatty()
         self._start = 0.0
         self._last = 0.0
@@ -261,7 +338,7 @@ class _Progress:
         elapsed = now - self._start
         eta = _duration(elapsed / done * (total - done)) if done else "-"
         line = (
-            f"{self._label}{done}/{total} timed ({model}), "
+            f"{self._label}{done}/{total} {self._verb} ({model}), "
             f"{_duration(elapsed)} elapsed, ETA {eta}"
         )
         if self._tty:
@@ -315,15 +392,26 @@ def _paths() -> tuple[str, str, str]:
 
 def _make_dirs(*paths: str) -> None:
     for p in paths:
-        if p:
-            try:
-                os.makedirs(p, exist_ok=True)
-            except OSError as e:
-                raise _Fail(
-                    f"Cannot create folder {p!r}: {e.strerror}; choose "
-                    "another --out, --db or --logdir.",
-                    1,
-                ) from e
+        if not p:
+            continue
+        reason = ""
+        try:
+            os.makedirs(p, exist_ok=True)
+        except OSError as e:
+            reason = e.strerror
+            up = p
+            while up and not os.path.exists(up):
+                up = os.path.dirname(up.rstrip(os.sep))
+            if up and not os.path.isdir(up):
+                reason = f"{up!r} is a file, not a folder"
+        if not reason and not os.access(p, os.W_OK | os.X_OK):
+            reason = "it is not writable"
+        if reason:
+            raise _Fail(
+                f"Cannot create folder {p!r}: {reason}; choose another "
+                "--out, --db or --logdir.",
+                1,
+            )
 
 
 def _open_store(db: str, must_exist: bool = False):
@@ -374,6 +462,8 @@ def _cmd_run(sources, gs, safe_mode) -> None:
     board.write_board(logdir, rep, details, graphs=_GRAPHS.value)
     print()
     print(report.format_report(rep))
+    if noisy := report.format_noisy(rep["runs"]):
+        print(f"\n{noisy}")
     print(f"\nWall time: {time.perf_counter() - start:.0f} s")
     print(f"Store:  {db}")
     print(f"Report: {os.path.join(out, 'report.json')}")
@@ -395,33 +485,127 @@ def _cmd_bench(sources, gs, safe_mode) -> None:
     from dlbricks_tf import bench, suite
     from dlbricks_tf.fingerprint import system_fingerprint
 
+    if _SUITE.value:
+        _bench_suite_dir(_SUITE.value)
+        return
+    if _BACKEND.value != "tf":
+        raise app.UsageError(
+            "--backend=onnxruntime times an exported suite: export it with "
+            "`dlbricks export`, then `dlbricks bench --suite=DIR "
+            "--backend=onnxruntime`."
+        )
     _, db, _ = _paths()
+    shard = _shard()
     settings = _start_tensorflow(_INTRA.value, _INTER.value, _BATCH.value)
     _, brick_options = _timing_options()
     fp = system_fingerprint()
-    with _open_store(db) as store:
+    # SIGINT/SIGTERM: finish and commit the brick in flight, then stop.
+    with _open_store(db) as store, bench.StopSignals() as stop:
         for g in gs:
             s = suite.build_suite(
                 {src.name: src.decompose(g, safe_mode) for src in sources}
             )
-            todo = store.missing(s.signatures, settings, fp)
-            print(
-                f"G={g}: {len(s)} unique bricks of {s.total_bricks}; "
-                f"{len(todo)} to time",
-                flush=True,
+            part = f"{len(s)} unique bricks of {s.total_bricks}"
+            if shard.count > 1:
+                s, whole = s.shard(shard.index, shard.count), s
+                part = f"{len(s)} of the {len(whole)} unique bricks"
+            _time_suite(
+                f"G={g}", part, s, store, settings, fp, brick_options, stop
             )
-            bar = _Progress(f"G={g}: ")
-            done = iter(range(1, len(todo) + 1))
-            on_result = functools.partial(_bench_result, bar, done, len(todo))
-            summary = bench.time_suite(
-                s, store, settings, fp, brick_options, on_result=on_result
-            )
-            print(
-                f"G={g}: timed {len(summary.timed)}, already stored "
-                f"{len(summary.skipped)}, noisy {len(summary.noisy)}, "
-                f"{summary.wall_s:.1f} s; store {db}",
-                flush=True,
-            )
+
+
+def _bench_suite_dir(folder: str) -> None:
+    """bench --suite: time an exported suite folder, no model needed."""
+    import dataclasses
+
+    from dlbricks_tf import bench, suite_bench, suite_dir
+    from dlbricks_tf.fingerprint import system_fingerprint
+
+    _, db, _ = _paths()
+    suite = suite_dir.load_suite(folder)  # Checks every file's hash.
+    shard = _shard()
+    settings = _start_tensorflow(_INTRA.value, _INTER.value, _BATCH.value)
+    settings = dataclasses.replace(settings, backend=_BACKEND.value)
+    if settings.backend == "onnxruntime":
+        from dlbricks_tf import ort_timing
+
+        ort_timing.require_onnxruntime()  # One line if ONNX Runtime is missing.
+    _, brick_options = _timing_options()
+    fp = system_fingerprint()
+    part = f"{len(suite)} bricks"
+    if shard.count > 1:
+        suite = suite.shard(shard.index, shard.count)
+        part = f"{len(suite)} of the suite's {part}"
+    measure = suite_bench.measurer(settings, brick_options)
+    with _open_store(db) as store, bench.StopSignals() as stop:
+        _time_suite(
+            f"suite {folder} on {settings.backend}",
+            part,
+            suite,
+            store,
+            settings,
+            fp,
+            brick_options,
+            stop,
+            measure=measure,
+        )
+
+
+def _time_suite(
+    label, part, s, store, settings, fp, options, stop, measure=None
+) -> None:
+    """Times what the store lacks of suite `s`, with progress and summary."""
+    from dlbricks_tf import bench
+
+    todo = store.missing(s.signatures, settings, fp)
+    print(f"{label}: {part}; {len(todo)} to time", flush=True)
+    bar = _Progress(f"{label}: ")
+    done = iter(range(1, len(todo) + 1))
+    on_result = functools.partial(_bench_result, bar, done, len(todo))
+    summary = bench.time_suite(
+        s,
+        store,
+        settings,
+        fp,
+        options,
+        on_result=on_result,
+        stop=stop,
+        measure=measure,
+    )
+    print(
+        f"{label}: timed {len(summary.timed)}, already stored "
+        f"{len(summary.skipped)}, noisy {len(summary.noisy)} "
+        f"(re-measured {len(summary.remeasured)}), "
+        f"{summary.wall_s:.1f} s; store {store.path} ({settings.key()})",
+        flush=True,
+    )
+    if summary.stopped:
+        raise _Fail(
+            f"Stopped by {stop.name} after the brick in flight: "
+            f"{len(summary.timed)} brick(s) timed and stored at {label}, "
+            f"{len(todo) - len(summary.timed)} left; run the same command "
+            "again to resume.",
+            128 + stop.received,
+        )
+
+
+def _shard():
+    """This worker's shard of the suite (a `dlbricks_tf.sharding.Shard`).
+
+    From --shard_index/--num_shards, else from the variables of the engine
+    running the worker (Bazel, Slurm, a Kubernetes Indexed Job); printed
+    when the suite is cut. Unpacks as (index, count): cut a suite with
+    `suite.shard(*shard)` when `shard.count > 1`.
+
+    Raises:
+        ShardError: If the flags and variables do not fit together.
+    """
+    from dlbricks_tf import sharding
+
+    shard = sharding.resolve_shard(_SHARD_INDEX.value, _NUM_SHARDS.value)
+    if shard.source != "default":
+        print(f"Timing {shard}", flush=True)
+    return shard
 
 
 def _bench_result(bar, done, total, signature, timing) -> None:
@@ -457,11 +641,17 @@ def _cmd_measure(sources, gs, safe_mode) -> None:
 
 
 def _cmd_estimate(sources, gs, safe_mode) -> None:
+    import dataclasses
+
     from dlbricks_tf import job, report
     from dlbricks_tf.fingerprint import system_fingerprint
 
+    if _RECIPE.value:
+        _estimate_recipes(_RECIPE.value)
+        return
     _, db, _ = _paths()
     settings = _start_tensorflow(_INTRA.value, _INTER.value, _BATCH.value)
+    settings = dataclasses.replace(settings, backend=_BACKEND.value)
     fp = system_fingerprint()
     with _open_store(db, must_exist=True) as store:
         rows = []
@@ -471,6 +661,167 @@ def _cmd_estimate(sources, gs, safe_mode) -> None:
                 safe_mode=safe_mode,
             )  # fmt: skip
     print(report.format_estimates(rows))
+    if noisy := report.format_noisy(rows):
+        print(f"\n{noisy}")
+
+
+def _estimate_recipes(paths: list[str]) -> None:
+    """estimate --recipe: models rebuilt from recipes and the store alone."""
+    from dlbricks_tf import estimate as estimate_lib
+    from dlbricks_tf import recipe as recipe_lib
+    from dlbricks_tf import report
+    from dlbricks_tf import settings as settings_lib
+    from dlbricks_tf.fingerprint import system_fingerprint
+
+    if _MODELS.value:
+        raise app.UsageError("estimate takes --models or --recipe, not both.")
+    _, db, _ = _paths()
+    recipes = [recipe_lib.load(p) for p in paths]
+    # Nothing runs here: the settings only pick the stored timings.
+    settings = settings_lib.RunSettings.default(
+        _BATCH.value,
+        intra_op_threads=_INTRA.value,
+        inter_op_threads=_INTER.value,
+        backend=_BACKEND.value,
+    )
+    fp = system_fingerprint()
+    rows = []
+    with _open_store(db, must_exist=True) as store:
+        results = store.results(settings, fp)
+        for r in recipes:
+            est = estimate_lib.estimate(r, results, _MODE.value)
+            measured = store.get_model(r.name, settings, fp)
+            m = measured.median_ms if measured else None
+            rows.append(
+                {
+                    "model": r.name,
+                    "granularity": r.granularity,
+                    "mode": _MODE.value,
+                    "estimated_ms": est.ms,
+                    "low_ms": est.low_ms,
+                    "high_ms": est.high_ms,
+                    "bricks": est.bricks,
+                    "noisy_bricks": len(est.noisy_signatures),
+                    "measured_ms": m,
+                    "measured_noisy": measured.noisy if measured else None,
+                    "normalized": est.ms / m if m else None,
+                }
+            )
+    print(report.format_estimates(rows))
+    if noisy := report.format_noisy(rows):
+        print(f"\n{noisy}")
+    print(f"\nStore: {db} ({settings.key()})")
+
+
+def _cmd_report(sources, gs, safe_mode) -> None:
+    from dlbricks_tf import report
+
+    out, db, logdir = _paths()
+    if _COMPARE.value:
+        _compare(sources, gs, safe_mode, db, logdir)
+        return
+    path = os.path.join(out, "report.json")
+    if not os.path.isfile(path):
+        raise _Fail(
+            f"No report at {path!r}: run `dlbricks run` first, or pass --out "
+            "(or --compare to compare machines in --db).",
+            1,
+        )
+    import json
+
+    try:
+        with open(path, encoding="utf-8") as f:
+            data = json.load(f)
+        text = report.format_report(data)
+    except (OSError, ValueError, KeyError, TypeError) as e:
+        raise _Fail(f"Cannot read report {path!r}: {e}", 1) from e
+    print(text)
+
+
+def _compare(sources, gs, safe_mode, db, logdir) -> None:
+    """report --compare: each model's estimate per machine and backend."""
+    from dlbricks_tf import board, compare
+    from dlbricks_tf import recipe as recipe_lib
+
+    if len(gs) > 1:
+        raise app.UsageError("report --compare takes one --granularity.")
+    if _RECIPE.value and _MODELS.value:
+        raise app.UsageError("report takes --models or --recipe, not both.")
+    if _RECIPE.value:
+        plans = {r.name: r for r in map(recipe_lib.load, _RECIPE.value)}
+    else:
+        _start_tensorflow(_INTRA.value, _INTER.value, _BATCH.value)
+        plans = {s.name: s.decompose(gs[0], safe_mode) for s in sources}
+    with _open_store(db, must_exist=True) as store:
+        table = compare.compare(
+            plans, store, mode=_MODE.value, batch_size=_BATCH.value
+        )
+    if not table.configurations:
+        raise _Fail(
+            f"Store {db!r} holds no brick timing at batch size "
+            f"{_BATCH.value}: run `dlbricks bench` first.",
+            1,
+        )
+    print(compare.format_comparison(table))
+    _make_dirs(logdir)
+    board.write_comparison(logdir, table)
+    print(f"\nTensorBoard: tensorboard --logdir {logdir}", flush=True)
+
+
+def _cmd_export(sources, gs, safe_mode) -> None:
+    from dlbricks_tf import export, recipe, suite
+
+    if len(gs) > 1:
+        raise app.UsageError("export takes one --granularity.")
+    out = _OUT.value
+    folder = _SUITE.value or os.path.join(out, "suite")
+    recipes_dir = _RECIPES.value or os.path.join(out, "recipes")
+    inside = os.path.relpath(
+        os.path.abspath(recipes_dir), os.path.abspath(folder)
+    )
+    if inside == os.curdir or not inside.startswith(os.pardir):
+        raise app.UsageError(
+            "--recipes must not be inside --suite: the suite is meant to be "
+            "shared and recipes name the models."
+        )
+    _make_dirs(folder, recipes_dir)
+    _start_tensorflow(_INTRA.value, _INTER.value, _BATCH.value)
+    if _quiet():  # TensorFlow's SavedModel writer logs INFO lines per file.
+        logging.set_verbosity(logging.WARNING)
+    g = gs[0]
+    decompositions = {s.name: s.decompose(g, safe_mode) for s in sources}
+    unique = suite.build_suite(decompositions)
+    print(
+        f"G={g}: {len(unique)} unique bricks of {unique.total_bricks} in "
+        f"{len(decompositions)} model(s); suite {folder}",
+        flush=True,
+    )
+    bar = _Progress(f"G={g}: ", verb="exported")
+    summary = export.export_suite(
+        unique,
+        folder,
+        granularity=g,
+        progress=lambda done, total: bar("suite", done, total),
+    )
+    paths = []
+    for name, d in decompositions.items():
+        path = os.path.join(recipes_dir, f"{name}{recipe.SUFFIX}")
+        recipe.from_decomposition(name, d).save(path)
+        paths.append(path)
+    print(
+        f"Suite: {summary.folder}: {summary.total} bricks, "
+        f"{len(summary.written)} written, {len(summary.skipped)} already "
+        f"there ({summary.wall_s:.1f} s); manifest {summary.manifest}"
+    )
+    if summary.no_onnx:
+        shown = ", ".join(summary.no_onnx[:5])
+        print(
+            f"Without ONNX (tf2onnx cannot convert them): "
+            f"{len(summary.no_onnx)} brick(s): {shown}"
+        )
+    print(f"Recipes (private): {len(paths)} in {recipes_dir}")
+    for path in paths:
+        print(f"  {path}")
 
 
 def _cmd_merge(stores: list[str]) -> None:
@@ -529,6 +880,10 @@ def _main(argv: list[str]) -> None:
             f"Unexpected arguments {rest} after {command!r}: give models "
             "with --models=a,b."
         )
+    if _SUITE.value and command == "bench" and _MODELS.value:
+        raise app.UsageError(
+            "bench takes --models or --suite (an exported suite), not both."
+        )
     # Names and files are checked before TensorFlow runs its first op.
     default = job.DEFAULT_MODELS
     if command == "analyze":  # It only decomposes: the whole corpus.
@@ -547,22 +902,57 @@ def _quiet() -> bool:
     return logging.get_verbosity() < logging.DEBUG
 
 
-def main(argv: list[str]) -> None:
-    """Runs a command; bad input ends in one line on stderr, exit 1 or 2."""
-    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
-    with _native_logs_hidden(_quiet()):
-        # Importing TensorFlow runs no op: the thread pools stay free.
-        from dlbricks_tf import errors
+class _Terminated(BaseException):
+    """SIGTERM, raised like KeyboardInterrupt (past `except Exception`)."""
+
+
+def _raise_terminated(signum, frame) -> None:
+    del signum, frame  # Unused.
+    raise _Terminated()
+
+
+@contextlib.contextmanager
+def _exit_on_signals():
+    """Ends SIGINT and SIGTERM in one line and exit code 130 or 143."""
     try:
-        _main(argv)
-    except app.UsageError as e:
-        _exit(f"{e} See --helpfull.", 2)
-    except _Fail as e:
-        _exit(str(e), e.code)
-    except errors.Error as e:
-        _exit(str(e), 1)
+        yield
     except KeyboardInterrupt:
-        _exit("Interrupted: the results stored so far are kept.", 130)
+        _exit(
+            "Interrupted (SIGINT): the results stored so far are kept; run "
+            "the same command again to resume.",
+            130,
+        )
+    except _Terminated:
+        _exit(
+            "Terminated (SIGTERM): the results stored so far are kept; run "
+            "the same command again to resume.",
+            143,
+        )
+
+
+def main(argv: list[str]) -> None:
+    """Runs a command; bad input ends in one line on stderr, exit 1 or 2.
+
+    SIGINT and SIGTERM end it with one line and exit code 130 or 143; every
+    result committed to the store before is kept (`bench` first finishes
+    the brick in flight).
+    """
+    signal.signal(signal.SIGTERM, _raise_terminated)
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+    with _exit_on_signals():
+        with _native_logs_hidden(_quiet()):
+            # Importing TensorFlow runs no op: the thread pools stay free.
+            from dlbricks_tf import errors
+        try:
+            _main(argv)
+        except app.UsageError as e:
+            _exit(f"{e} See --helpfull.", 2)
+        except _Fail as e:
+            _exit(str(e), e.code)
+        except errors.Error as e:
+            _exit(str(e), 1)
+        except OSError as e:  # The machine's, not a bug: disk full, access.
+            _exit(f"{e.filename or ''} {e.strerror or e}".strip(), 1)
 
 
 def _exit(message: str, code: int) -> None:
@@ -576,7 +966,7 @@ def _parse_flags(argv: list[str]) -> list[str]:
     try:
         return flags.FLAGS(argv)
     except flags.Error as e:
-        _exit(f"{e}. See --helpfull.", 2)
+        _exit(f"{str(e).rstrip('.')}. See --helpfull.", 2)
         raise  # Unreachable: _exit exits.
 
 
