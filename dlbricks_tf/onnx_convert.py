@@ -108,16 +108,26 @@ def to_onnx(
         outputs = model(_pack(model, list(xs)), training=False)
         return tf.nest.flatten(outputs)
 
+    # Tensors the model captured as eager constants (not variables, e.g.
+    # a Normalization layer's mean) would become extra graph inputs: they
+    # are folded back into the file as initializers below.
+    concrete = call.get_concrete_function()
+    constants = {
+        inner.name: outer
+        for outer, inner in zip(
+            concrete.captured_inputs,
+            concrete.graph.internal_captures,
+            strict=True,
+        )
+        if outer.dtype != tf.resource
+    }
     tf2onnx_logger = logging.getLogger("tf2onnx")
     level = tf2onnx_logger.level
     tf2onnx_logger.setLevel(logging.ERROR)
     try:
         with contextlib.redirect_stdout(io.StringIO()):
             proto, _ = tf2onnx.convert.from_function(
-                call,
-                input_signature=specs,
-                opset=opset,
-                output_path=str(Path(path)),
+                call, input_signature=specs, opset=opset
             )
     except Exception as e:  # tf2onnx raises many types.
         raise ConversionError(
@@ -126,8 +136,36 @@ def to_onnx(
         ) from e
     finally:
         tf2onnx_logger.setLevel(level)
+    _fold_constants(proto, names, constants, model.name)
+    import onnx
+
+    onnx.save(proto, str(Path(path)))
     return OnnxInfo(
         input_names=tuple(i.name for i in proto.graph.input),
         output_names=tuple(o.name for o in proto.graph.output),
         opset=opset,
     )
+
+
+def _fold_constants(proto, names, constants, model_name: str) -> None:
+    """Turns graph inputs that are captured constants into initializers.
+
+    Raises:
+        ConversionError: If the file has an input that is neither a model
+            input nor a captured constant.
+    """
+    from onnx import numpy_helper
+
+    for graph_input in list(proto.graph.input):
+        if graph_input.name in names:
+            continue
+        value = constants.get(graph_input.name)
+        if value is None:
+            raise ConversionError(
+                f"Model {model_name!r} converted to ONNX with an unexpected "
+                f"input {graph_input.name!r}; it cannot run on its own."
+            )
+        proto.graph.initializer.append(
+            numpy_helper.from_array(value.numpy(), graph_input.name)
+        )
+        proto.graph.input.remove(graph_input)

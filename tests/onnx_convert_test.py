@@ -38,6 +38,20 @@ def test_brick_converts_with_anonymous_inputs(tmp_path):
     assert all(s[0] == 3 for s in shapes)
 
 
+def test_captured_constants_are_folded_not_inputs(tmp_path):
+    # Normalization's mean and variance are eager tensors the traced call
+    # captures; tf2onnx alone makes them graph inputs.
+    inp = keras.Input((4, 4, 3))
+    norm = keras.layers.Normalization(mean=[1.0, 2.0, 3.0], variance=[4.0] * 3)
+    model = keras.Model(inp, keras.layers.ReLU()(norm(inp)))
+    info = onnx_convert.to_onnx(model, tmp_path / "n.onnx")
+    session = _session(tmp_path / "n.onnx")
+    assert [i.name for i in session.get_inputs()] == ["input_0"]
+    x = np.random.default_rng(0).standard_normal((2, 4, 4, 3), "float32")
+    (got,) = session.run(None, {info.input_names[0]: x})
+    np.testing.assert_allclose(got, np.asarray(model(x)), rtol=1e-5, atol=1e-6)
+
+
 def test_opset_above_max_is_refused(tmp_path):
     with pytest.raises(ValueError, match="opset"):
         onnx_convert.to_onnx(models.chain()[0], tmp_path / "m.onnx", opset=19)
