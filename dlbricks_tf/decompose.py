@@ -120,7 +120,19 @@ def _bricks(
     bricks = []
     dependencies = []
     for number, (begin, end) in enumerate(split.split(graph, granularity)):
-        run = calls[begin:end]
+        exposed = {
+            t
+            for c in calls[begin:end]
+            for t in c.outputs
+            if t in model_outputs
+            or not consumers[t]
+            or any(not begin <= u < end for u in consumers[t])
+        }
+        # The same sub-network gets the same brick wherever it is.
+        order = signature.canonical_order(
+            calls[begin:end], keys[begin:end], graph.specs, exposed
+        )
+        run = tuple(calls[begin + j] for j in order)
         inputs: list[int] = []
         produced: set[int] = set()
         for c in run:
@@ -129,14 +141,7 @@ def _bricks(
                     inputs.append(t)
             produced.update(c.outputs)
             brick_of_call[c.index] = number
-        outputs = [
-            t
-            for c in run
-            for t in c.outputs
-            if t in model_outputs
-            or not consumers[t]
-            or any(not begin <= u < end for u in consumers[t])
-        ]
+        outputs = [t for c in run for t in c.outputs if t in exposed]
         specs = []
         for t in inputs:
             spec = graph.specs[t]
@@ -151,7 +156,7 @@ def _bricks(
             Brick(
                 layers=tuple(c.name for c in run),
                 signature=signature.brick_signature(
-                    run, keys[begin:end], inputs, specs, outputs
+                    run, [keys[c.index] for c in run], inputs, specs, outputs
                 ),
                 inputs=tuple(specs),
                 outputs=tuple(graph.specs[t] for t in outputs),

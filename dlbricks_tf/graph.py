@@ -344,6 +344,46 @@ class _Walker:
         self.inputs.append(tensor)
         return tensor
 
+    def bind(self, tensor: int, entry: dict, model_name: str, prefix: str):
+        """The tensor a nested model's input layer `entry` gives its calls.
+
+        A nested model converts what it is called with to the dtype of its
+        keras.Input (`Functional._standardize_inputs`). Where that changes
+        the recorded dtype, the conversion becomes a call of its own, a Cast
+        named `outer/input_name/cast`: the calls inside (a raw keras.ops
+        call does not autocast) read its output, as they do in the model.
+        Where the outer dtype is not recorded (a nested model inside a
+        Sequential), the calls inside read the outer tensor.
+        """
+        outer = self.specs[tensor]
+        inner = _input_spec(entry, model_name)
+        if outer is None or outer.dtype == inner.dtype:
+            return tensor
+        name = f"{prefix}{_entry_name(entry)}/cast"
+        cast = {
+            "module": "keras.src.ops.core",
+            "class_name": "Cast",
+            "config": {"name": "cast", "dtype": inner.dtype},
+            "registered_name": "Cast",
+        }
+        node = {
+            "args": [
+                {
+                    "class_name": _KERAS_TENSOR,
+                    "config": {
+                        "shape": [None, *outer.shape],
+                        "dtype": outer.dtype,
+                        "keras_history": ["", 0, 0],
+                    },
+                }
+            ],
+            "kwargs": {},
+        }
+        call = self.add_call(name, cast, node, [tensor])
+        converted = _Produced(self, call, None).tensor(0, name)
+        self.specs[converted] = TensorSpec(outer.shape, inner.dtype)
+        return converted
+
     def sequential(
         self, config: dict, prefix: str, bound: list[int] | None
     ) -> list[int]:
@@ -354,7 +394,7 @@ class _Walker:
             if bound is None:
                 current = self.input_tensor(first, name)
             else:
-                current = bound[0]
+                current = self.bind(bound[0], first, name, prefix)
                 if self.specs[current] is None:
                     self.specs[current] = _input_spec(first, name)
         elif bound is not None:
@@ -417,7 +457,7 @@ class _Walker:
             if bound is None:
                 tensor = self.input_tensor(entry, model_name)
             else:
-                tensor = bound[i]
+                tensor = self.bind(bound[i], entry, model_name, prefix)
             scope[(leaf[0], leaf[1])] = _Produced(self, -1, [tensor])
 
         # Kahn's algorithm. Ready nodes wait in a heap keyed by (position of

@@ -120,6 +120,18 @@ def output_specs(op: Any, node: dict, inputs: Sequence[Any]) -> list[Any]:
     most of what a symbolic call costs; any other falls back to a call.
     """
     args, kwargs = _arguments(node, inputs)
+    if isinstance(op, keras.Layer) and getattr(op, "_convert_input_args", True):
+        # `compute_output_spec` skips the autocast `__call__` does first
+        # (a float32 Flatten after a mixed_float16 layer returns float32).
+        def autocast(x: Any) -> Any:
+            if isinstance(x, keras.KerasTensor):
+                return op.dtype_policy.convert_input(
+                    x, op.autocast, op.input_dtype
+                )
+            return x
+
+        args = keras.tree.map_structure(autocast, args)
+        kwargs = keras.tree.map_structure(autocast, kwargs)
     try:
         return keras.tree.flatten(op.compute_output_spec(*args, **kwargs))
     except Exception:  # An unbuilt layer without compute_output_shape.

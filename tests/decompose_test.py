@@ -83,6 +83,28 @@ def test_mixed_precision_policy_reaches_the_brick():
     assert d.bricks[2].inputs[0].dtype == "float16"
 
 
+def test_inferred_specs_in_a_sequential_follow_autocast():
+    # Shapes inside a Sequential are inferred, not recorded. The float32
+    # Flatten casts the mixed_float16 ReLU's output back to float32, as a
+    # real call does, so the Dense brick reads float32.
+    model = keras.Sequential(
+        [
+            keras.Input((4, 4, 3)),
+            keras.layers.ReLU(dtype="mixed_float16"),
+            keras.layers.Flatten(),
+            keras.layers.Dense(2),
+        ]
+    )
+    d = dlbricks_tf.decompose(model)
+    assert [b.inputs[0].dtype for b in d.bricks] == [
+        "float32",
+        "float16",
+        "float32",
+    ]
+    flatten = d.bricks[1].build()
+    assert flatten.outputs[0].dtype == d.bricks[2].inputs[0].dtype
+
+
 def test_subclassed_model_is_refused_with_its_name():
     class Net(keras.Model):
         def __init__(self):

@@ -2,6 +2,7 @@
 
 import keras
 import models
+import numpy as np
 import pytest
 from keras import layers
 
@@ -83,6 +84,30 @@ def test_unbuilt_sequential_is_refused():
     model = keras.Sequential([layers.Dense(3)], name="lazy")
     with pytest.raises(dlbricks_tf.DecompositionError, match="lazy.*build"):
         dlbricks_tf.decompose(model)
+
+
+def test_a_nested_model_casts_its_inputs_in_a_call_of_its_own():
+    # Keras converts a nested model's inputs to its keras.Input's dtype; the
+    # raw op inside does not autocast, so the cast must stay in the graph.
+    block_in = keras.Input((4,), name="block_in")
+    block = keras.Model(block_in, block_in + block_in, name="block")
+    inp = keras.Input((4,))
+    half = layers.ReLU(dtype="mixed_float16", name="half")(inp)
+    model = keras.Model(inp, block(half))
+    g = _graph(model)
+    assert [c.name for c in g.calls][:2] == ["half", "block/block_in/cast"]
+    assert [c.class_name for c in g.calls] == ["ReLU", "Cast", "Add"]
+    cast = g.calls[1]
+    assert g.specs[cast.inputs[0]].dtype == "float16"
+    assert g.specs[cast.outputs[0]] == graph.TensorSpec((4,), "float32")
+    x = np.random.default_rng(0).standard_normal((2, 4)).astype("float32")
+    d = dlbricks_tf.decompose(model, granularity=1)
+    got, want = models.bricks_reproduce(model, d, [x])
+    assert got[0].dtype == want[0].dtype == np.float32
+    np.testing.assert_allclose(got[0], want[0])
+    # Same dtype on both sides: no cast.
+    same = keras.Model(inp, block(layers.ReLU()(inp)))
+    assert [c.class_name for c in _graph(same).calls] == ["ReLU", "Add"]
 
 
 def test_legacy_nodes_are_converted():

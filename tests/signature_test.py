@@ -103,5 +103,58 @@ def test_strip_config_drops_names_and_initializers_keeps_the_rest():
     }
 
 
+@pytest.mark.parametrize(
+    "make", [layers.BatchNormalization, lambda: layers.Dropout(0.5)]
+)
+def test_one_signature_inside_a_sequential_and_outside(make):
+    # A Functional config records the call arguments Keras fills in
+    # (mask=None, Dropout's training=False); a Sequential's does not.
+    inp = keras.Input((4, 4, 3))
+    seq = keras.Sequential([keras.Input((4, 4, 3)), make()])
+    inside = keras.Model(inp, seq(inp))
+    inp = keras.Input((4, 4, 3))
+    outside = keras.Model(inp, make()(inp))
+    assert _signatures(inside) == _signatures(outside)
+
+
+def test_training_true_stays_in_the_signature():
+    inp = keras.Input((4,))
+    active = keras.Model(inp, layers.Dropout(0.5)(inp, training=True))
+    inp = keras.Input((4,))
+    default = keras.Model(inp, layers.Dropout(0.5)(inp))
+    assert _signatures(active) != _signatures(default)
+
+
+def _fork(nested):
+    """relu -> (dense, dense -> bn), the first dense in a nested model."""
+    inp = keras.Input((4,))
+    if nested:
+        block_in = keras.Input((4,))
+        x = layers.ReLU()(block_in)
+        block = keras.Model(block_in, [layers.Dense(3)(x), x])
+        plain, x = block(inp)
+    else:
+        x = layers.ReLU()(inp)
+        plain = layers.Dense(3)(x)
+    bn = layers.BatchNormalization()(layers.Dense(3)(x))
+    return keras.Model(inp, [plain, bn] if not nested else bn)
+
+
+def test_same_dag_same_signature_whatever_the_walk_order():
+    # A nested model's calls are walked together: relu, dense, dense, bn;
+    # the flat model's chain is followed first: relu, dense, bn, dense.
+    nested = dlbricks_tf.decompose(_fork(True), granularity=4).bricks
+    flat = dlbricks_tf.decompose(_fork(False), granularity=4).bricks
+    assert len(nested) == len(flat) == 1
+    assert nested[0].signature == flat[0].signature
+
+
+def test_a_built_brick_decomposes_into_itself():
+    brick = dlbricks_tf.decompose(_fork(True), granularity=4).bricks[0]
+    assert len(brick.layers) == 4
+    again = dlbricks_tf.decompose(brick.build(), granularity=4).bricks
+    assert [b.signature for b in again] == [brick.signature]
+
+
 if __name__ == "__main__":
     raise SystemExit(pytest.main([__file__, "-q"]))
