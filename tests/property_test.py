@@ -12,7 +12,8 @@ mixed_float16 policy; one or two model inputs, one to three outputs. Shapes
 are tracked while drawing, so every plan builds; `_build` turns a plan into a
 `keras.Model`. For every drawn model and G in 1..6 the tests check that
 
-* every layer call is in exactly one brick, each brick holds 1..G calls, a
+* every layer call (and the Cast of a nested model's input whose dtype it
+  changes) is in exactly one brick, each brick holds 1..G calls, a
   brick is shorter than G only where the split had to cut (Algorithm 2's
   fallback or the end of the model), and the brick DAG names exactly the
   bricks each brick reads from;
@@ -31,7 +32,9 @@ are tracked while drawing, so every plan builds; `_build` turns a plan into a
 
 The examples are derandomized (the same ones on every run, for CI).
 Environment:
-  DLBRICKS_PROPERTY_EXAMPLES: examples per test (default: a few dozen).
+  DLBRICKS_PROPERTY_EXAMPLES: examples per test (default: 150 for the
+      structural test, 80 for the one that builds bricks; about a minute
+      together on two cores).
   DLBRICKS_PROPERTY_SEED: draw other examples, from this seed.
 A long hunt for bugs:
   DLBRICKS_PROPERTY_EXAMPLES=400 DLBRICKS_PROPERTY_SEED=1 \\
