@@ -205,7 +205,8 @@ _BACKEND = flags.DEFINE_enum(
     "backend",
     "tf",
     ["tf", "onnxruntime"],
-    "Backend of the timings: estimate --recipe uses the results timed with it.",
+    "Backend: bench --suite times the suite's SavedModels (tf) or ONNX "
+    "files (onnxruntime); estimate uses the results timed with it.",
 )
 
 
