@@ -368,7 +368,7 @@ def run_overhead_ms(
     return _RUN_OVERHEAD_MS[key]
 
 
-class OrtTimer:
+class OrtTimer(timing.AdaptiveSampling):
     """Times one ONNX file under fixed settings, one batch at a time.
 
     The interface of `dlbricks_tf.timing.Timer`: call `sample()` until
@@ -547,11 +547,6 @@ class OrtTimer:
         """What is subtracted from each call (0 if not subtracting)."""
         return self._subtracted_ms
 
-    @property
-    def samples(self) -> tuple[float, ...]:
-        """Samples so far, in ms per call."""
-        return tuple(self._samples)
-
     def sample(self) -> list[float]:
         """Takes one batch of samples; returns them, ms per call.
 
@@ -559,8 +554,7 @@ class OrtTimer:
         """
         if not self._n:
             self._prepare()
-        count = min(self._s, self.options.max_samples - len(self._samples))
-        count = max(count, 1)
+        count = self._batch_count()
         start = time.perf_counter()
         durations = _timed_ns(self._calls, count)
         self._sampling_s += time.perf_counter() - start
@@ -571,29 +565,6 @@ class OrtTimer:
         ]
         self._samples += batch
         return batch
-
-    @property
-    def settled(self) -> bool:
-        """Whether the median is known to the requested precision."""
-        return stats.is_settled(
-            self._samples,
-            self.options.precision,
-            self.options.min_samples,
-            self.options.absolute_precision_ms,
-        )
-
-    @property
-    def capped(self) -> bool:
-        """Whether a sampling cap has been reached."""
-        return (
-            len(self._samples) >= self.options.max_samples
-            or self._sampling_s >= self.options.max_seconds
-        )
-
-    @property
-    def done(self) -> bool:
-        """Whether sampling should stop (settled or capped)."""
-        return self.settled or self.capped
 
     def result(self) -> stats.Timing:
         """Summarises the samples; noisy unless settled.

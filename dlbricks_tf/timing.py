@@ -147,7 +147,55 @@ class Sampler(Protocol):
         """Summarises the samples."""
 
 
-class Timer:
+class AdaptiveSampling:
+    """The stopping rule every timer shares (`Timer`, `ort_timing.OrtTimer`).
+
+    Samples are taken in batches of at most S (`_s`) until the median's
+    95% interval is within the options' precision (`settled`) or a cap on
+    samples or sampling time is reached (`capped`). Subclasses set
+    `options`, and keep `_samples` (ms per call), `_sampling_s` and `_s`.
+    """
+
+    options: TimingOptions
+    _samples: list[float]
+    _sampling_s: float
+    _s: int
+
+    @property
+    def samples(self) -> tuple[float, ...]:
+        """Samples so far, in ms per call."""
+        return tuple(self._samples)
+
+    @property
+    def settled(self) -> bool:
+        """Whether the median is known to the requested precision."""
+        return stats.is_settled(
+            self._samples,
+            self.options.precision,
+            self.options.min_samples,
+            self.options.absolute_precision_ms,
+        )
+
+    @property
+    def capped(self) -> bool:
+        """Whether a sampling cap has been reached."""
+        return (
+            len(self._samples) >= self.options.max_samples
+            or self._sampling_s >= self.options.max_seconds
+        )
+
+    @property
+    def done(self) -> bool:
+        """Whether sampling should stop (settled or capped)."""
+        return self.settled or self.capped
+
+    def _batch_count(self) -> int:
+        """Samples the next batch takes: S, fewer if `max_samples` is near."""
+        left = self.options.max_samples - len(self._samples)
+        return max(min(self._s, left), 1)
+
+
+class Timer(AdaptiveSampling):
     """Times one model under fixed settings, one batch of samples at a time.
 
     Construct one per brick or model; call `sample()` until `done`, then
@@ -327,11 +375,6 @@ class Timer:
         calls = self.calls_per_sample
         return self._empty_ms / calls + self._loop_ms if calls else 0.0
 
-    @property
-    def samples(self) -> tuple[float, ...]:
-        """Samples so far, in ms per call."""
-        return tuple(self._samples)
-
     def sample(self) -> list[float]:
         """Takes one batch of samples (one call); returns them, ms per call.
 
@@ -339,8 +382,7 @@ class Timer:
         """
         if not self._n:
             self._prepare()
-        count = min(self._s, self.options.max_samples - len(self._samples))
-        count = max(count, 1)
+        count = self._batch_count()
         start = time.perf_counter()
         durations = self.durations_ms(self._n, count)
         self._sampling_s += time.perf_counter() - start
@@ -352,29 +394,6 @@ class Timer:
         ]
         self._samples += batch
         return batch
-
-    @property
-    def settled(self) -> bool:
-        """Whether the median is known to the requested precision."""
-        return stats.is_settled(
-            self._samples,
-            self.options.precision,
-            self.options.min_samples,
-            self.options.absolute_precision_ms,
-        )
-
-    @property
-    def capped(self) -> bool:
-        """Whether a sampling cap has been reached."""
-        return (
-            len(self._samples) >= self.options.max_samples
-            or self._sampling_s >= self.options.max_seconds
-        )
-
-    @property
-    def done(self) -> bool:
-        """Whether sampling should stop (settled or capped)."""
-        return self.settled or self.capped
 
     def result(self) -> stats.Timing:
         """Summarises the samples; noisy unless settled.
