@@ -6,42 +6,19 @@ read back, and the real TensorBoard server asked for its runs and tags.
 """
 
 import json
-import os
 import shutil
 import socket
 import subprocess
 import sys
 import time
 import urllib.request
-from pathlib import Path
 
 import pytest
 import tensorflow as tf
 from tensorboard.backend.event_processing import event_accumulator
 
 from tests import models
-
-ROOT = Path(__file__).resolve().parent.parent
-FAST = [
-    "--min_samples=3",
-    "--max_samples=5",
-    "--max_seconds=0.2",
-    "--target_sample_ms=0.5",
-    "--intra_op_threads=1",
-]
-
-
-def dlbricks(*args, cwd=None) -> subprocess.CompletedProcess:
-    env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2"}
-    env["PYTHONPATH"] = os.pathsep.join([str(ROOT), env.get("PYTHONPATH", "")])
-    return subprocess.run(
-        [sys.executable, "-m", "tools.dlbricks", *args],
-        cwd=cwd or ROOT,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
+from tests.cli import FAST, dlbricks
 
 
 @pytest.fixture(scope="module")

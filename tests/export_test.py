@@ -35,8 +35,8 @@ from dlbricks_tf import (
     synthetic,
 )
 from tests import models
+from tests.cli import dlbricks
 
-ROOT = Path(__file__).resolve().parent.parent
 MARK = "zqxprivate"  # In every source name; in no exported byte.
 G = 2
 
@@ -353,19 +353,6 @@ def test_bad_opset_is_refused(exported, tmp_path):
 
 
 # The command line: export, then estimate from the recipes alone.
-
-
-def dlbricks(*args, cwd=None) -> subprocess.CompletedProcess:
-    env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2"}
-    env["PYTHONPATH"] = os.pathsep.join([str(ROOT), env.get("PYTHONPATH", "")])
-    return subprocess.run(
-        [sys.executable, "-m", "tools.dlbricks", *args],
-        cwd=cwd or ROOT,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
 
 
 @pytest.fixture(scope="module")

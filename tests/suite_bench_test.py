@@ -7,11 +7,6 @@ recipe is estimated on each backend, and `report --compare` names the
 fastest backend and writes TensorBoard event files that are read back.
 """
 
-import os
-import subprocess
-import sys
-from pathlib import Path
-
 import pytest
 from tensorboard.backend.event_processing import event_accumulator
 
@@ -21,28 +16,7 @@ from dlbricks_tf.fingerprint import system_fingerprint
 from dlbricks_tf.settings import RunSettings
 from dlbricks_tf.store import Store
 from tests import models
-
-ROOT = Path(__file__).resolve().parent.parent
-FAST = [
-    "--min_samples=3",
-    "--max_samples=5",
-    "--max_seconds=0.2",
-    "--target_sample_ms=0.5",
-    "--intra_op_threads=1",
-]
-
-
-def dlbricks(*args) -> subprocess.CompletedProcess:
-    env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2"}
-    env["PYTHONPATH"] = os.pathsep.join([str(ROOT), env.get("PYTHONPATH", "")])
-    return subprocess.run(
-        [sys.executable, "-m", "tools.dlbricks", *args],
-        cwd=ROOT,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
+from tests.cli import FAST, dlbricks
 
 
 @pytest.fixture(scope="module")
