@@ -291,7 +291,7 @@ def run_granularity(
         # does, so its median covers the same stretch of time as theirs (the
         # machine drifts); samples past its own stopping point serve only
         # that comparison, and are charged to neither wall clock. A brick
-        # that stops unsettled is measured once more by a fresh timer, in
+        # that stops unsettled is measured once more (fresh samples), in
         # the same rounds, before the more precise timing is committed.
         model_counted = True
         while pending:
@@ -310,15 +310,8 @@ def run_granularity(
                 result = timer.result()
                 if result.noisy and key not in first_noisy:
                     first_noisy[key] = result
-                    retry = timed(
-                        "campaign",
-                        timing.Timer,
-                        timer.model,
-                        settings,
-                        brick_options,
-                        check_settings=check_settings,
-                    )
-                    left.append((key, kind, retry))
+                    # Fresh samples, same traced loop (see `restart`).
+                    left.append((key, kind, timer.restart()))
                     continue
                 if key in first_noisy:
                     result = bench.more_precise(first_noisy[key], result)

@@ -283,6 +283,17 @@ class Timer(AdaptiveSampling):
         self._empty_ms = 0.0
         self._loop_ms = 0.0
 
+    def restart(self) -> Timer:
+        """Forgets the samples, keeps the traced loop, K and S; returns self.
+
+        For a second measurement of a brick that did not settle: a fresh
+        series of samples at another moment, without paying the trace and
+        warm-up again (most of a small brick's cost).
+        """
+        self._samples = []
+        self._sampling_s = 0.0
+        return self
+
     def durations_ms(self, iterations: int, samples: int) -> list[float]:
         """Runs one call of `samples` samples; returns their raw durations.
 

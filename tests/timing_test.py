@@ -121,6 +121,25 @@ def test_batches_stop_at_max_samples():
     assert timer.result().noisy
 
 
+def test_restart_takes_fresh_samples_without_tracing_again():
+    options = dataclasses.replace(
+        FAST, samples_per_call=5, max_samples=5, precision=0.0,
+        absolute_precision_ms=0.0, max_seconds=60.0,
+    )  # fmt: skip
+    x = keras.Input((8,))
+    counter = models.Counter()
+    timer = _timer(keras.Model(x, layers.Dense(4)(counter(x))), options)
+    first = timing.time_interleaved([timer])[0]
+    k, traces = timer.calls_per_sample, timer._run.experimental_get_tracing_count()
+    before = int(counter.calls.numpy())
+    assert timer.restart() is timer and timer.samples == () and not timer.done
+    second = timing.time_interleaved([timer])[0]
+    assert first.samples == second.samples == 5
+    assert int(counter.calls.numpy()) - before == 5 * k  # Only sampling.
+    assert timer._run.experimental_get_tracing_count() == traces == 1
+    assert timer.calls_per_sample == k
+
+
 def test_calls_per_sample_is_a_multiple_of_the_copies():
     options = dataclasses.replace(FAST, input_copies=3)
     timer = _timer(_tiny(), options)
