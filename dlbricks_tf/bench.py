@@ -128,7 +128,6 @@ def time_suite(
     """
     start = time.perf_counter()
     if measure is None:
-
         last: dict[str, timing.Timer] = {}
 
         def measure(entry: Any) -> Timing:

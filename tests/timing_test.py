@@ -130,7 +130,8 @@ def test_restart_takes_fresh_samples_without_tracing_again():
     counter = models.Counter()
     timer = _timer(keras.Model(x, layers.Dense(4)(counter(x))), options)
     first = timing.time_interleaved([timer])[0]
-    k, traces = timer.calls_per_sample, timer._run.experimental_get_tracing_count()
+    k = timer.calls_per_sample
+    traces = timer._run.experimental_get_tracing_count()
     before = int(counter.calls.numpy())
     assert timer.restart() is timer and timer.samples == () and not timer.done
     second = timing.time_interleaved([timer])[0]
