@@ -26,6 +26,7 @@ class Decomposition:
             order), the ids that `Brick.input_ids` refer to.
         outputs: ids of the model's output tensors (flattened).
         num_calls: how many layer calls the model makes.
+        fuse: whether fusion units were kept whole (G counts units).
     """
 
     name: str
@@ -35,6 +36,7 @@ class Decomposition:
     inputs: tuple[int, ...]
     outputs: tuple[int, ...]
     num_calls: int
+    fuse: bool = False
 
 
 def decompose(
@@ -42,6 +44,8 @@ def decompose(
     granularity: int = 1,
     custom_objects: Mapping[str, Any] | None = None,
     safe_mode: bool = True,
+    *,
+    fuse: bool = False,
 ) -> Decomposition:
     """Cuts a Keras model into bricks of at most `granularity` layer calls.
 
@@ -58,6 +62,9 @@ def decompose(
         safe_mode: refuse Lambda layers from files, whose code would run when
             a brick is built. A model in memory is trusted: its code already
             runs here.
+        fuse: never cut a convolution or dense layer from the
+            BatchNormalization and activation that TensorFlow fuses into
+            it; G then counts such units (see `split.fusion_units`).
 
     Returns:
         The `Decomposition`.
@@ -102,11 +109,14 @@ def decompose(
             factory.check(c)
             checked.add(kind)
     graph = replay.infer_missing_specs(graph, factory)
-    return _bricks(graph, granularity, factory)
+    return _bricks(graph, granularity, factory, fuse)
 
 
 def _bricks(
-    graph: graph_lib.Graph, granularity: int, factory: replay.LayerFactory
+    graph: graph_lib.Graph,
+    granularity: int,
+    factory: replay.LayerFactory,
+    fuse: bool,
 ) -> Decomposition:
     calls = graph.calls
     keys = [signature.call_key(c) for c in calls]
@@ -119,7 +129,8 @@ def _bricks(
     brick_of_call = [0] * len(calls)
     bricks = []
     dependencies = []
-    for number, (begin, end) in enumerate(split.split(graph, granularity)):
+    runs = split.split(graph, granularity, fuse)
+    for number, (begin, end) in enumerate(runs):
         exposed = {
             t
             for c in calls[begin:end]
@@ -186,4 +197,5 @@ def _bricks(
         inputs=graph.inputs,
         outputs=graph.outputs,
         num_calls=len(calls),
+        fuse=fuse,
     )

@@ -87,13 +87,20 @@ class ModelSource:
                 f"{type(e).__name__}: {first}"
             ) from e
 
-    def decompose(self, granularity: int, safe_mode: bool = True):
-        """Decomposes the model; a file is read for its config only."""
+    def decompose(
+        self, granularity: int, safe_mode: bool = True, fuse: bool = False
+    ):
+        """Decomposes the model; a file is read for its config only.
+
+        `fuse` keeps fusion units whole (see `dlbricks_tf.decompose`).
+        """
         from dlbricks_tf.decompose import decompose
 
         if self.path is not None:
-            return decompose(self.path, granularity, safe_mode=safe_mode)
-        return decompose(self.build(), granularity)
+            return decompose(
+                self.path, granularity, safe_mode=safe_mode, fuse=fuse
+            )
+        return decompose(self.build(), granularity, fuse=fuse)
 
 
 def resolve_models(specs: Sequence[str]) -> list[ModelSource]:
@@ -190,6 +197,7 @@ def run_granularity(
     check_settings: bool = True,
     progress: Progress | None = None,
     log: Callable[[str], None] | None = None,
+    fuse: bool = False,
 ) -> GranularityResult:
     """Measures every model and its bricks at one G, and estimates.
 
@@ -211,6 +219,7 @@ def run_granularity(
         progress: Called with (model, timers done, timers total of this G)
             as each brick or model finishes.
         log: Called with one line per model.
+        fuse: Keep fusion units whole (see `dlbricks_tf.decompose`).
 
     Returns:
         The rows of report.json (`runs`, `corpus`) and what they came from.
@@ -243,7 +252,12 @@ def run_granularity(
         # config is read by decompose itself.
         target = source.path or source.build(safe_mode)
         decompositions[source.name] = timed(
-            "campaign", decompose, target, granularity, safe_mode=safe_mode
+            "campaign",
+            decompose,
+            target,
+            granularity,
+            safe_mode=safe_mode,
+            fuse=fuse,
         )
         del target
         keras.backend.clear_session()

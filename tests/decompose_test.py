@@ -20,6 +20,30 @@ def test_bricks_reproduce_the_model(kind, granularity):
         np.testing.assert_allclose(g, w, rtol=1e-3, atol=1e-3)
 
 
+@pytest.mark.parametrize("granularity", [1, 2])
+@pytest.mark.parametrize("kind", sorted(models.ALL))
+def test_fused_bricks_reproduce_the_model(kind, granularity):
+    model, inputs = models.ALL[kind]()
+    d = dlbricks_tf.decompose(model, granularity=granularity, fuse=True)
+    assert d.fuse
+    models.check_decomposition(d, granularity)
+    got, want = models.bricks_reproduce(model, d, inputs)
+    for g, w in zip(got, want, strict=True):
+        np.testing.assert_allclose(g, w, rtol=1e-3, atol=1e-3)
+
+
+def test_fused_g1_bricks_of_an_application_hold_conv_bn_activation():
+    model = keras.applications.MobileNetV2(weights=None)
+    plain = dlbricks_tf.decompose(model, 1)
+    fused = dlbricks_tf.decompose(model, 1, fuse=True)
+    classes = [b.class_names for b in fused.bricks]
+    assert ("Conv2D", "BatchNormalization", "ReLU") in classes
+    assert ("DepthwiseConv2D", "BatchNormalization", "ReLU") in classes
+    assert not any(c == ("BatchNormalization",) for c in classes)
+    assert len(fused.bricks) < len(plain.bricks) == plain.num_calls
+    assert sum(len(b.layers) for b in fused.bricks) == plain.num_calls
+
+
 def test_fresh_weights_do_not_reproduce_the_model():
     # Guards the fidelity check itself: without copied weights it must fail.
     model, inputs = models.chain()

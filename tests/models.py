@@ -189,8 +189,10 @@ def check_decomposition(d: dlbricks_tf.Decomposition, granularity: int):
     """The structural invariants every decomposition must satisfy."""
     calls = [name for b in d.bricks for name in b.layers]
     assert len(calls) == d.num_calls, "every call in exactly one brick"
+    # Fused, a step of G is a unit of up to 3 calls (split.fusion_units).
+    most = granularity * (3 if d.fuse else 1)
     for i, b in enumerate(d.bricks):
-        assert 1 <= len(b.layers) <= granularity
+        assert 1 <= len(b.layers) <= most
         assert all(j < i for j in d.dependencies[i]), "dependencies topological"
         assert len(b.inputs) == len(b.input_ids) >= 1
         assert b.output_ids

@@ -71,3 +71,59 @@ def test_bad_granularity():
 
 if __name__ == "__main__":
     raise SystemExit(pytest.main([__file__, "-q"]))
+
+
+def _conv_bn_relu_net():
+    """conv-bn-relu, conv-bn (read twice), relu, dense-relu, bn-relu."""
+    inp = keras.Input((8, 8, 3))
+    x = layers.Conv2D(4, 3, padding="same", name="c1")(inp)
+    x = layers.BatchNormalization(name="b1")(x)
+    x = layers.ReLU(name="r1")(x)
+    y = layers.Conv2D(4, 1, name="c2")(x)
+    y = layers.BatchNormalization(name="b2")(y)  # Read by r2 and add.
+    z = layers.ReLU(name="r2")(y)
+    z = layers.Add(name="add")([y, z])
+    z = layers.GlobalAveragePooling2D(name="gap")(z)
+    z = layers.Dense(4, activation=None, name="d")(z)
+    z = layers.Activation("relu", name="a")(z)
+    z = layers.BatchNormalization(name="b3")(z)
+    z = layers.Activation("sigmoid", name="a3")(z)
+    return keras.Model(inp, z)
+
+
+def _names(g, runs):
+    return [tuple(g.calls[i].name for i in range(b, e)) for b, e in runs]
+
+
+def test_fusion_units_keep_conv_bn_activation_chains():
+    g = _graph(_conv_bn_relu_net())
+    assert _names(g, split.fusion_units(g)) == [
+        ("c1", "b1", "r1"),
+        ("c2", "b2"),  # b2's output has two readers: r2 is not fused.
+        ("r2",),
+        ("add",),
+        ("gap",),
+        ("d", "a"),
+        ("b3", "a3"),
+    ]
+
+
+def test_fused_split_counts_units_and_plain_split_is_unchanged():
+    g = _graph(_conv_bn_relu_net())
+    assert _names(g, split.split(g, 1, fuse=True)) == _names(
+        g, split.fusion_units(g)
+    )
+    fused2 = _names(g, split.split(g, 2, fuse=True))
+    assert fused2[0] == ("c1", "b1", "r1", "c2", "b2")
+    assert all(len(run) >= 1 for run in fused2)
+    assert sum(len(run) for run in fused2) == len(g.calls)
+    plain = split.split(g, 1)
+    assert plain == [(i, i + 1) for i in range(len(g.calls))]
+
+
+def test_a_unit_never_swallows_a_model_output():
+    inp = keras.Input((4,))
+    x = layers.Dense(4, name="d")(inp)
+    y = layers.ReLU(name="r")(x)
+    g = _graph(keras.Model(inp, [x, y]))  # d's output is a model output.
+    assert _names(g, split.fusion_units(g)) == [("d",), ("r",)]
