@@ -98,6 +98,14 @@ _RECHECK = flags.DEFINE_integer(
     "Bricks per G timed a second time to check repeatability.",
     lower_bound=0,
 )
+_SPLITS = flags.DEFINE_multi_enum(
+    "split",
+    ["plain"],
+    ["plain", "fused"],
+    "How models are cut: plain (G layer calls) and/or fused (a "
+    "convolution or dense layer stays with its BatchNormalization and "
+    "activation; G counts such units). Repeat the flag for both.",
+)
 _OUT = flags.DEFINE_string(
     "out", "dlbricks_out/accuracy", "Output folder (report, store)."
 )
@@ -107,7 +115,9 @@ def _model_names() -> list[str]:
     return list(corpus.APPLICATIONS if _ALL.value else _MODELS.value)
 
 
-def _run_granularity(g, names, settings, fp, options, brick_options, store):
+def _run_granularity(
+    g, names, settings, fp, options, brick_options, store, fuse
+):
     """Measures every model at one G; returns (runs, corpus row)."""
     from dlbricks_tf import job
 
@@ -124,10 +134,13 @@ def _run_granularity(g, names, settings, fp, options, brick_options, store):
         options,
         brick_options,
         reuse_stored=False,  # Every G times its unique bricks afresh.
+        fuse=fuse,
         log=lambda line: logging.info("%s", line),
     )
     repeat = _recheck(result.suite, result.results, settings, brick_options)
-    return result.runs, {**result.corpus, **repeat}
+    split = {"split": "fused" if fuse else "plain"}
+    runs = [{**r, **split} for r in result.runs]
+    return runs, {**result.corpus, **split, **repeat}
 
 
 def _recheck(suite, results, settings, options) -> dict:
@@ -213,13 +226,15 @@ def main(argv: list[str]) -> None:
     }
     with Store(out / "store.sqlite") as store:
         for g in granularities:
-            runs, corpus = _run_granularity(
-                g, names, settings, fp, options, brick_options, store
-            )
-            report["runs"] += runs
-            report["corpus"].append(corpus)
-            # Rewrite after every G so a stopped run keeps what it did.
-            (out / "report.json").write_text(json.dumps(report, indent=1))
+            for split in _SPLITS.value:
+                runs, corpus = _run_granularity(
+                    g, names, settings, fp, options, brick_options, store,
+                    fuse=split == "fused",
+                )  # fmt: skip
+                report["runs"] += runs
+                report["corpus"].append(corpus)
+                # Rewrite after every run so a stopped one keeps its rows.
+                (out / "report.json").write_text(json.dumps(report, indent=1))
     print(format_report(report))
     print(f"\nReport: {out / 'report.json'}")
 

@@ -23,11 +23,18 @@ def _f(value: Any, digits: int = 3) -> str:
     return f"{value:.{digits}f}"
 
 
+def _g(row: Mapping[str, Any]) -> str:
+    """G of a report row, "fused" added for fused decompositions."""
+    fused = row.get("split") == "fused"
+    return f"{row['granularity']}{' fused' if fused else ''}"
+
+
 def format_report(report: Mapping[str, Any]) -> str:
     """The per-model and per-G tables of a report, as Markdown.
 
     A `repeat diff` column is added when the corpus rows carry
-    `repeat_median_rel_diff` (benchmarks/accuracy.py's recheck).
+    `repeat_median_rel_diff` (benchmarks/accuracy.py's recheck); rows of
+    fused decompositions (`"split": "fused"`) show G as "1 fused".
     """
     lines = [
         "| model | G | measured ms | sequential ms | parallel ms "
@@ -36,7 +43,7 @@ def format_report(report: Mapping[str, Any]) -> str:
     ]
     for r in report["runs"]:
         lines.append(
-            f"| {r['model']} | {r['granularity']} | {_f(r['measured_ms'])} "
+            f"| {r['model']} | {_g(r)} | {_f(r['measured_ms'])} "
             f"| {_f(r['estimated_ms'])} | {_f(r['estimated_parallel_ms'])} "
             f"| {_f(r['normalized'])} "
             f"| {_f(r.get('normalized_min', math.nan))} |"
@@ -52,7 +59,7 @@ def format_report(report: Mapping[str, Any]) -> str:
     lines += ["", header, rule]
     for c in report["corpus"]:
         line = (
-            f"| {c['granularity']} | {_f(c['geomean_normalized'])} "
+            f"| {_g(c)} | {_f(c['geomean_normalized'])} "
             f"| {_f(c['min_normalized'])} | {_f(c['max_normalized'])} "
             f"| {_f(c['speedup'], 2)} "
             f"| {c.get('unique_bricks', '-')}/{c.get('total_bricks', '-')} "

@@ -714,12 +714,12 @@ def _check_brick_decomposes_into_itself(b, brick_model) -> bool:
     return True
 
 
-def _property(default_examples: int):
-    """`hypothesis.given` (plan, granularity), with this file's settings."""
+def _property(default_examples: int, **extra):
+    """`hypothesis.given` (plan, granularity, **extra), this file's settings."""
 
     def wrap(test):
         test = hypothesis.given(
-            plan=plans(), granularity=st.integers(1, _MAX_G)
+            plan=plans(), granularity=st.integers(1, _MAX_G), **extra
         )(test)
         test = hypothesis.settings(
             max_examples=_EXAMPLES or default_examples,
@@ -796,14 +796,17 @@ def test_bricks_build_run_and_reproduce_the_model(capsys, record_property):
     )
     seen: dict = {}  # Signature -> (weights, inputs, outputs) of a brick.
 
-    @_property(default_examples=80)
-    def check(plan, granularity):
+    # fuse: fusion units kept whole (dlbricks_tf.split.fusion_units).
+    @_property(default_examples=80, fuse=st.booleans())
+    def check(plan, granularity, fuse):
         keras.backend.clear_session()
         keras.utils.set_random_seed(0)
         rng = np.random.default_rng(0)
         model, _ = _build(plan)
         _perturb(model, rng)
-        d = dlbricks_tf.decompose(model, granularity)
+        d = dlbricks_tf.decompose(model, granularity, fuse=fuse)
+        counts["fused decompositions"] += fuse
+        models.check_decomposition(d, granularity)
         built = []
         for b in d.bricks:
             brick_model = b.build(batch_size=2)
