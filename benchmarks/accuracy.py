@@ -138,9 +138,7 @@ def _run_granularity(
         log=lambda line: logging.info("%s", line),
     )
     repeat = _recheck(result.suite, result.results, settings, brick_options)
-    split = {"split": "fused" if fuse else "plain"}
-    runs = [{**r, **split} for r in result.runs]
-    return runs, {**result.corpus, **split, **repeat}
+    return result.runs, {**result.corpus, **repeat}
 
 
 def _recheck(suite, results, settings, options) -> dict:

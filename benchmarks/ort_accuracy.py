@@ -101,6 +101,12 @@ _ABSOLUTE_MS = flags.DEFINE_float(
     "Also stop once the median's CI half-width is below this, ms.",
     lower_bound=0,
 )
+_FUSE = flags.DEFINE_bool(
+    "fuse",
+    False,
+    "Keep a convolution or dense layer with its BatchNormalization and "
+    "activation in one brick (ONNX Runtime fuses them only in one graph).",
+)
 _FRESH = flags.DEFINE_bool(
     "fresh", False, "Re-time every brick and model, even if stored."
 )
@@ -182,7 +188,7 @@ def _prepare(g, sources, settings, stored, stored_models, folder, clock):
         keras.backend.clear_session()
         model = source.build()
         try:
-            d = clock.run("campaign", decompose, model, g)
+            d = clock.run("campaign", decompose, model, g, fuse=_FUSE.value)
         except errors.Error as e:
             failed[source.name] = str(e)
             continue
@@ -283,6 +289,7 @@ def _row(name, g, settings, measured, results, d, new_bricks):
     return {
         "model": name,
         "granularity": g,
+        "split": "fused" if d.fuse else "plain",
         "batch_size": settings.batch_size,
         "measured_ms": measured.median_ms,
         "estimated_ms": seq.ms,
@@ -408,6 +415,7 @@ def _run_granularity(g, sources, settings, fp, options, brick_options, store):
     normalized = [r["normalized"] for r in runs]
     corpus_row = {
         "granularity": g,
+        "split": "fused" if _FUSE.value else "plain",
         "geomean_normalized": job.geomean(normalized),
         "min_normalized": min(normalized),
         "max_normalized": max(normalized),

@@ -369,6 +369,7 @@ def run_granularity(
             {n: t.median_ms for n, t in measured.items()},
             {s: results[s].median_ms for s in suite.signatures},
         ),
+        "split": "fused" if fuse else "plain",
         "campaign_wall_s": clock["campaign"],
         "end_to_end_wall_s": clock["end_to_end"],
         "unique_bricks": len(suite),
@@ -394,6 +395,7 @@ def _row(name, g, settings, measured, results, d) -> dict[str, Any]:
     return {
         "model": name,
         "granularity": g,
+        "split": "fused" if d.fuse else "plain",
         "batch_size": settings.batch_size,
         "measured_ms": m.median_ms,
         "estimated_ms": seq.ms,
@@ -442,6 +444,7 @@ def run_job(
     check_settings: bool = True,
     progress: Progress | None = None,
     log: Callable[[str], None] | None = None,
+    fuse: bool = False,
 ) -> tuple[dict[str, Any], dict[int, GranularityResult]]:
     """Runs `run_granularity` for every G; returns the report and details.
 
@@ -455,8 +458,8 @@ def run_job(
         fingerprint: This machine's fingerprint (taken if None).
         report_path: Where to write report.json, rewritten after every G
             so a stopped run keeps what it did; None writes nothing.
-        reuse_stored, safe_mode, check_settings, progress, log: As in
-            `run_granularity`.
+        reuse_stored, safe_mode, check_settings, progress, log, fuse: As
+            in `run_granularity`.
 
     Returns:
         (report, {G: GranularityResult}); the report as in report.json.
@@ -478,6 +481,7 @@ def run_job(
             reuse_stored=reuse_stored,
             safe_mode=safe_mode,
             check_settings=check_settings,
+            fuse=fuse,
             progress=progress,
             log=log,
         )
@@ -549,8 +553,11 @@ def estimate_models(
     mode: str = "sequential",
     *,
     safe_mode: bool = True,
+    fuse: bool = False,
 ) -> list[dict[str, Any]]:
     """Estimates every model from the store's brick timings.
+
+    `fuse` cuts the models as `run_granularity` did with it.
 
     Returns:
         One row per model: model, granularity, mode, estimated_ms, low_ms,
@@ -565,7 +572,7 @@ def estimate_models(
     results = store.results(settings, fingerprint)
     rows = []
     for source in sources:
-        d = source.decompose(granularity, safe_mode)
+        d = source.decompose(granularity, safe_mode, fuse)
         est = estimate_lib.estimate(d, results, mode)
         measured = store.get_model(source.name, settings, fingerprint)
         m = measured.median_ms if measured else None

@@ -209,10 +209,31 @@ def test_bench_measure_then_estimate(files, tmp_path):
     assert float(cells[3]) > 0 and float(cells[6]) > 0  # estimate, measured
 
 
+def test_fuse_cuts_conv_bn_relu_units_for_bench_and_estimate(files, tmp_path):
+    proc = dlbricks("decompose", f"--models={files[0]}", "--fuse")
+    assert proc.returncode == 0, proc.stderr
+    assert "Conv2D, BatchNormalization, ReLU" in proc.stdout
+    db = tmp_path / "s.sqlite"
+    common = [f"--models={files[0]}", f"--db={db}", *FAST]
+    proc = dlbricks("bench", "--fuse", *common)
+    assert proc.returncode == 0, proc.stderr
+    # chain at G=1 fused: two conv units (3 and 8 channels in), the
+    # pooling and the dense layer.
+    assert "4 unique bricks of 4" in proc.stdout
+    proc = dlbricks("estimate", "--fuse", *common)
+    assert proc.returncode == 0, proc.stderr
+    assert "| chain | 1 |" in proc.stdout
+    # Cut the other way, the store lacks the lone Conv2D and BN bricks.
+    proc = dlbricks("estimate", *common)
+    assert proc.returncode == 1
+    assert "missing" in proc.stderr.lower(), proc.stderr
+
+
 @pytest.mark.parametrize(
     "args, code, words",
     [
         (["--granularity=0"], 2, "--granularity"),
+        (["analyze", "--fuse"], 2, "analyze cuts models by layer calls"),
         (["--batch_size=0"], 2, "batch_size"),
         (["bogus"], 2, "Unknown command 'bogus'"),
         (["--models=NoSuchNet"], 1, "Unknown model 'NoSuchNet'"),

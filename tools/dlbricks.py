@@ -35,7 +35,10 @@ Commands:
 
 --models takes keras.applications names (weights=None, nothing is
 downloaded) and paths of .keras, .h5 or config .json files. --granularity
-takes one G or a list (a sweep). See --helpfull for every flag.
+takes one G or a list (a sweep). --fuse never cuts a convolution or dense
+layer from the BatchNormalization and activation TensorFlow fuses into it
+(G then counts such units); bench and estimate with the same --fuse. See
+--helpfull for every flag.
 """
 
 from __future__ import annotations
@@ -75,6 +78,13 @@ _GRANULARITY = flags.DEFINE_list(
     "granularity",
     ["1"],
     "G, the most layer calls per brick: one value or a comma list (a sweep).",
+)
+_FUSE = flags.DEFINE_bool(
+    "fuse",
+    False,
+    "Cut models into fusion units: a convolution or dense layer stays with "
+    "the BatchNormalization and activation TensorFlow fuses into it, and G "
+    "counts such units. Bench and estimate with the same value.",
 )
 _BATCH = flags.DEFINE_integer("batch_size", 1, "Batch size.", lower_bound=1)
 _INTRA = flags.DEFINE_integer(
@@ -428,6 +438,11 @@ def _open_store(db: str, must_exist: bool = False):
     return Store(db)
 
 
+def _decompose(source, granularity: int, safe_mode: bool):
+    """Decomposes a model source as the flags say (--fuse)."""
+    return source.decompose(granularity, safe_mode, _FUSE.value)
+
+
 def _cmd_run(sources, gs, safe_mode) -> None:
     from dlbricks_tf import board, job, report
     from dlbricks_tf.fingerprint import system_fingerprint
@@ -459,6 +474,7 @@ def _cmd_run(sources, gs, safe_mode) -> None:
             safe_mode=safe_mode,
             progress=progress,
             log=progress.log,
+            fuse=_FUSE.value,
         )
     board.write_board(logdir, rep, details, graphs=_GRAPHS.value)
     print()
@@ -476,7 +492,7 @@ def _cmd_decompose(sources, gs, safe_mode) -> None:
 
     _start_tensorflow(_INTRA.value, _INTER.value, _BATCH.value)
     for g in gs:
-        ds = {s.name: s.decompose(g, safe_mode) for s in sources}
+        ds = {s.name: _decompose(s, g, safe_mode) for s in sources}
         print(f"# G={g}\n")
         print(report.format_decompositions(ds, bricks=_LIST_BRICKS.value))
         print()
@@ -504,7 +520,7 @@ def _cmd_bench(sources, gs, safe_mode) -> None:
     with _open_store(db) as store, bench.StopSignals() as stop:
         for g in gs:
             s = suite.build_suite(
-                {src.name: src.decompose(g, safe_mode) for src in sources}
+                {src.name: _decompose(src, g, safe_mode) for src in sources}
             )
             part = f"{len(s)} unique bricks of {s.total_bricks}"
             if shard.count > 1:
@@ -659,7 +675,7 @@ def _cmd_estimate(sources, gs, safe_mode) -> None:
         for g in gs:
             rows += job.estimate_models(
                 sources, g, settings, fp, store, _MODE.value,
-                safe_mode=safe_mode,
+                safe_mode=safe_mode, fuse=_FUSE.value,
             )  # fmt: skip
     print(report.format_estimates(rows))
     if noisy := report.format_noisy(rows):
@@ -752,7 +768,7 @@ def _compare(sources, gs, safe_mode, db, logdir) -> None:
         plans = {r.name: r for r in map(recipe_lib.load, _RECIPE.value)}
     else:
         _start_tensorflow(_INTRA.value, _INTER.value, _BATCH.value)
-        plans = {s.name: s.decompose(gs[0], safe_mode) for s in sources}
+        plans = {s.name: _decompose(s, gs[0], safe_mode) for s in sources}
     with _open_store(db, must_exist=True) as store:
         table = compare.compare(
             plans, store, mode=_MODE.value, batch_size=_BATCH.value
@@ -790,7 +806,7 @@ def _cmd_export(sources, gs, safe_mode) -> None:
     if _quiet():  # TensorFlow's SavedModel writer logs INFO lines per file.
         logging.set_verbosity(logging.WARNING)
     g = gs[0]
-    decompositions = {s.name: s.decompose(g, safe_mode) for s in sources}
+    decompositions = {s.name: _decompose(s, g, safe_mode) for s in sources}
     unique = suite.build_suite(decompositions)
     print(
         f"G={g}: {len(unique)} unique bricks of {unique.total_bricks} in "
@@ -847,6 +863,11 @@ def _cmd_merge(stores: list[str]) -> None:
 def _cmd_analyze(sources, gs, safe_mode) -> None:
     from dlbricks_tf import analyze, corpus
 
+    if _FUSE.value:
+        raise app.UsageError(
+            "analyze cuts models by layer calls; --fuse is for run, "
+            "decompose, bench, estimate, export and report --compare."
+        )
     out, db, _ = _paths()
     _start_tensorflow(_INTRA.value, _INTER.value, _BATCH.value)
     models = {
