@@ -117,6 +117,7 @@ def export_suite(
     folder: str | os.PathLike,
     *,
     granularity: int | None = None,
+    split: str = "plain",
     opset: int = onnx_convert.MAX_OPSET,
     progress: Progress | None = None,
 ) -> ExportSummary:
@@ -128,6 +129,8 @@ def export_suite(
         folder: The suite folder; created if missing. Bricks already
             complete in it are kept.
         granularity: G the suite was cut at, recorded in the manifest.
+        split: How it was cut, recorded too: "plain" (G layer calls) or
+            "fused" (G fusion units, `decompose(..., fuse=True)`).
         opset: ONNX opset, at most `onnx_convert.MAX_OPSET`.
         progress: Called with (done, total) after each brick.
 
@@ -178,6 +181,7 @@ def export_suite(
         "format": FORMAT,
         "format_version": FORMAT_VERSION,
         "granularity": granularity,
+        "split": split,
         "opset": opset,
         "tool_versions": tool_versions(),
         "bricks": [_public(r) for r in records],

@@ -45,6 +45,7 @@ class RecipeError(errors.Error):
 
 class _Decomposition(Protocol):
     granularity: int
+    fuse: bool
     bricks: Sequence[Any]
     dependencies: Sequence[Sequence[int]]
 
@@ -65,12 +66,15 @@ class Recipe:
         granularity: G the model was cut at.
         bricks: The bricks in topological order, repeats included.
         dependencies: For brick i, the indices (< i) of the bricks it reads.
+        split: How it was cut: "plain" (G layer calls) or "fused" (G
+            fusion units, `decompose(..., fuse=True)`).
     """
 
     name: str
     granularity: int
     bricks: tuple[RecipeBrick, ...]
     dependencies: tuple[tuple[int, ...], ...]
+    split: str = "plain"
 
     @property
     def signatures(self) -> tuple[str, ...]:
@@ -84,6 +88,7 @@ class Recipe:
             "format_version": FORMAT_VERSION,
             "model": self.name,
             "granularity": self.granularity,
+            "split": self.split,
             "bricks": list(self.signatures),
             "dependencies": [list(d) for d in self.dependencies],
         }
@@ -133,6 +138,7 @@ def from_decomposition(name: str, decomposition: _Decomposition) -> Recipe:
         granularity=decomposition.granularity,
         bricks=tuple(RecipeBrick(b.signature) for b in decomposition.bricks),
         dependencies=tuple(tuple(d) for d in decomposition.dependencies),
+        split="fused" if decomposition.fuse else "plain",
     )
 
 
@@ -185,6 +191,7 @@ def load(path: str | os.PathLike) -> Recipe:
         granularity=data["granularity"],
         bricks=tuple(RecipeBrick(s) for s in data["bricks"]),
         dependencies=tuple(tuple(d) for d in data["dependencies"]),
+        split=data.get("split", "plain"),
     )
 
 
@@ -200,6 +207,9 @@ def _problem(data: dict[str, Any]) -> str | None:
     g = data.get("granularity")
     if not _is_int(g) or g < 1:
         return f"'granularity' must be an integer of 1 or more, not {g!r}"
+    split = data.get("split", "plain")
+    if split not in ("plain", "fused"):
+        return f"'split' must be 'plain' or 'fused', not {split!r}"
     bricks = data.get("bricks")
     if (
         not isinstance(bricks, list)

@@ -116,6 +116,7 @@ class SuiteDir:
     Attributes:
         folder: The suite folder (absolute).
         granularity: G the suite was cut at (None if not recorded).
+        split: How: "plain" (G layer calls) or "fused" (G fusion units).
         opset: ONNX opset of the `.onnx` files.
         tool_versions: (tool, version) pairs of the exporting tools.
         entries: One entry per brick, sorted by signature.
@@ -126,6 +127,7 @@ class SuiteDir:
     opset: int
     tool_versions: tuple[tuple[str, str], ...]
     entries: tuple[SuiteDirEntry, ...]
+    split: str = "plain"
 
     def __len__(self) -> int:
         return len(self.entries)
@@ -256,13 +258,15 @@ def load_suite(folder: str | os.PathLike, *, verify: bool = True) -> SuiteDir:
     granularity = manifest.get("granularity")
     opset = manifest.get("opset")
     versions = manifest.get("tool_versions") or {}
+    split = manifest.get("split", "plain")
     if (
         not (granularity is None or _is_int(granularity))
+        or split not in ("plain", "fused")
         or not _is_int(opset)
         or not isinstance(versions, dict)
     ):
         raise SuiteError(
-            f"{str(path)!r} has a malformed granularity, opset or "
+            f"{str(path)!r} has a malformed granularity, split, opset or "
             f"tool_versions; {_AGAIN}"
         )
     return SuiteDir(
@@ -273,6 +277,7 @@ def load_suite(folder: str | os.PathLike, *, verify: bool = True) -> SuiteDir:
             sorted((str(k), str(v)) for k, v in versions.items())
         ),
         entries=tuple(sorted(entries, key=lambda e: e.signature)),
+        split=split,
     )
 
 

@@ -89,6 +89,7 @@ def test_manifest_lists_every_unique_brick(exported):
     m = _manifest(folder)
     assert m["format"] == "dlbricks-suite" and m["format_version"] == 1
     assert m["granularity"] == G and m["opset"] == 18
+    assert m["split"] == "plain"
     assert set(m["tool_versions"]) == {
         "dlbricks_tf",
         "python",
@@ -375,7 +376,7 @@ def test_export_command_writes_suite_and_recipes(cli_export, sources):
     out, proc = cli_export
     assert proc.stderr == ""
     loaded = suite_dir.load_suite(out / "suite")
-    assert loaded.granularity == G
+    assert loaded.granularity == G and loaded.split == "plain"
     recipes = sorted((out / "recipes").iterdir())
     assert [p.name for p in recipes] == sorted(
         f"{n}.recipe.json" for n in sources

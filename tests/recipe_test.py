@@ -53,11 +53,20 @@ def test_round_trip(decompositions, tmp_path):
         "format_version": 1,
         "model": "residual",
         "granularity": 2,
+        "split": "plain",
         "bricks": list(r.signatures),
         "dependencies": [list(x) for x in d.dependencies],
     }
     assert recipe.load(path) == r
     assert not list(tmp_path.glob(".tmp-*"))
+
+
+def test_a_fused_decomposition_records_its_split(tmp_path):
+    d = dlbricks_tf.decompose(models.chain()[0], 1, fuse=True)
+    r = recipe.from_decomposition("chain", d)
+    assert r.split == "fused" and len(r.signatures) == 4
+    r.save(tmp_path / "chain.recipe.json")
+    assert recipe.load(tmp_path / "chain.recipe.json") == r
 
 
 def test_estimates_equal_those_of_the_decomposition(decompositions, tmp_path):
@@ -113,6 +122,7 @@ _GOOD = {
         (dict(_GOOD, model=""), "'model'"),
         (dict(_GOOD, granularity=0), "'granularity'"),
         (dict(_GOOD, granularity=True), "'granularity'"),
+        (dict(_GOOD, split="fusion"), "'split'"),
         (dict(_GOOD, bricks="abc"), "'bricks'"),
         (dict(_GOOD, bricks=["a", 3, "a"]), "'bricks'"),
         (dict(_GOOD, dependencies=[[], [0]]), "one list per brick"),
@@ -144,6 +154,7 @@ def test_good_file_loads(tmp_path):
     r = recipe.load(path)
     assert r.signatures == ("a", "b", "a")
     assert r.dependencies == ((), (0,), (0, 1))
+    assert r.split == "plain"  # Recipes written before "split" existed.
 
 
 if __name__ == "__main__":

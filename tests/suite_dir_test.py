@@ -170,7 +170,8 @@ def test_missing_folder_and_manifest(tmp_path, copy):
         (lambda m: dict(m, format="dlbricks-recipe"), "not a dlbricks-suite"),
         (lambda m: dict(m, format_version=2), "format_version 2"),
         (lambda m: dict(m, bricks={}), "no 'bricks' list"),
-        (lambda m: dict(m, opset="18"), "malformed granularity, opset"),
+        (lambda m: dict(m, opset="18"), "malformed granularity, split"),
+        (lambda m: dict(m, split="fusion"), "malformed granularity, split"),
         (lambda m: dict(m, bricks=m["bricks"] * 2), "twice"),
     ],
 )

@@ -818,6 +818,7 @@ def _cmd_export(sources, gs, safe_mode) -> None:
         unique,
         folder,
         granularity=g,
+        split="fused" if _FUSE.value else "plain",
         progress=lambda done, total: bar("suite", done, total),
     )
     paths = []
