@@ -30,15 +30,10 @@ from dlbricks_tf.fingerprint import system_fingerprint
 from dlbricks_tf.settings import RunSettings
 from dlbricks_tf.stats import Timing
 from dlbricks_tf.store import Store
-from tests import models
+from tests import cli, models
 
-ROOT = Path(__file__).resolve().parent.parent
-FAST = [
-    "--min_samples=3",
-    "--max_samples=5",
-    "--max_seconds=0.2",
-    "--target_sample_ms=0.5",
-]
+# The cases set their own thread counts; the rest as for every CLI test.
+FAST = [a for a in cli.FAST if not a.startswith("--intra_op_threads")]
 TOO_MANY = len(os.sched_getaffinity(0)) + 1  # Threads beyond the machine.
 
 # (id, arguments, exit code, words stderr must hold, store the case gets).
@@ -199,14 +194,13 @@ def _run_case(case, inputs: Path, folder: Path):
         argv.append(f"--out={folder / 'out'}")
     if not any(a.startswith("--intra_op_threads") for a in argv):
         argv.append("--intra_op_threads=1")
-    env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2"}
-    paths = [str(ROOT), env.get("PYTHONPATH", "")]
+    env = cli.clean_environment()
     if hide_ort:  # Found before the installed onnxruntime.
-        paths.insert(0, str(inputs / "no_ort"))
-    env["PYTHONPATH"] = os.pathsep.join(paths)
+        paths = [str(inputs / "no_ort"), env["PYTHONPATH"]]
+        env["PYTHONPATH"] = os.pathsep.join(paths)
     proc = subprocess.run(
         [sys.executable, "-m", "tools.dlbricks", *argv, *FAST],
-        cwd=ROOT,
+        cwd=cli.ROOT,
         env=env,
         capture_output=True,
         text=True,

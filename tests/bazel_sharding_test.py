@@ -18,6 +18,7 @@ import sys
 import pytest
 
 from dlbricks_tf.sharding import resolve_shard
+from tests import cli
 from tests import shard_merge_test as shards
 
 pytestmark = pytest.mark.skipif(
@@ -40,12 +41,12 @@ def test_bazel_shard_worker_times_its_shard(tmp_path):
     db = tmp_path / "shard.sqlite"
     env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2")  # Bazel's variables.
     env["PYTHONPATH"] = os.pathsep.join(
-        [str(shards.ROOT), env.get("PYTHONPATH", "")]
+        [str(cli.ROOT), env.get("PYTHONPATH", "")]
     )
     proc = subprocess.run(
         [sys.executable, "-m", "tools.dlbricks", "bench", f"--models={path}",
-         f"--db={db}", *shards.FAST],
-        cwd=shards.ROOT,
+         f"--db={db}", *cli.FAST],
+        cwd=cli.ROOT,
         env=env,
         capture_output=True,
         text=True,

@@ -21,14 +21,39 @@ FAST = [
 ]
 
 
-def dlbricks(*args: str, cwd=None) -> subprocess.CompletedProcess:
-    """Runs `python -m tools.dlbricks ARGS` from the repository root."""
-    env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2"}
+# Variables of the engines that run workers: removed from the environment
+# the command inherits, so a test run by Bazel or Slurm sets only its own.
+SHARD_VARIABLES = (
+    "TEST_SHARD_INDEX",
+    "TEST_TOTAL_SHARDS",
+    "TEST_SHARD_STATUS_FILE",
+    "JOB_COMPLETION_INDEX",
+    "SLURM_ARRAY_TASK_ID",
+    "SLURM_ARRAY_TASK_COUNT",
+    "SLURM_ARRAY_TASK_MIN",
+    "SLURM_ARRAY_TASK_MAX",
+    "SLURM_ARRAY_TASK_STEP",
+)
+
+
+def clean_environment(**extra: str) -> dict[str, str]:
+    """os.environ without engine variables, the repo importable, + extra."""
+    env = {k: v for k, v in os.environ.items() if k not in SHARD_VARIABLES}
+    env["TF_CPP_MIN_LOG_LEVEL"] = "2"
     env["PYTHONPATH"] = os.pathsep.join([str(ROOT), env.get("PYTHONPATH", "")])
+    env.update(extra)
+    return env
+
+
+def dlbricks(*args: str, cwd=None, **env: str) -> subprocess.CompletedProcess:
+    """Runs `python -m tools.dlbricks ARGS` from the repository root.
+
+    The environment is `clean_environment(**env)`.
+    """
     return subprocess.run(
         [sys.executable, "-m", "tools.dlbricks", *args],
         cwd=cwd or ROOT,
-        env=env,
+        env=clean_environment(**env),
         capture_output=True,
         text=True,
         timeout=300,

@@ -13,9 +13,6 @@ The merged store must hold every signature of the suite exactly once.
 """
 
 import collections
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -24,49 +21,7 @@ import dlbricks_tf
 from dlbricks_tf.store import Store
 from dlbricks_tf.suite import Suite, build_suite
 from tests import models
-
-ROOT = Path(__file__).resolve().parent.parent
-FAST = [
-    "--min_samples=3",
-    "--max_samples=5",
-    "--max_seconds=0.2",
-    "--target_sample_ms=0.5",
-    "--intra_op_threads=1",
-]
-# Variables of the engines that run workers: removed from the environment
-# the workers inherit, so a test run by Bazel or Slurm sets only its own.
-SHARD_VARIABLES = (
-    "TEST_SHARD_INDEX",
-    "TEST_TOTAL_SHARDS",
-    "TEST_SHARD_STATUS_FILE",
-    "JOB_COMPLETION_INDEX",
-    "SLURM_ARRAY_TASK_ID",
-    "SLURM_ARRAY_TASK_COUNT",
-    "SLURM_ARRAY_TASK_MIN",
-    "SLURM_ARRAY_TASK_MAX",
-    "SLURM_ARRAY_TASK_STEP",
-)
-
-
-def clean_environment(**extra: str) -> dict[str, str]:
-    """os.environ without engine variables, the repo importable, + extra."""
-    env = {k: v for k, v in os.environ.items() if k not in SHARD_VARIABLES}
-    env["TF_CPP_MIN_LOG_LEVEL"] = "2"
-    env["PYTHONPATH"] = os.pathsep.join([str(ROOT), env.get("PYTHONPATH", "")])
-    env.update(extra)
-    return env
-
-
-def dlbricks(*args: str, **env: str) -> subprocess.CompletedProcess:
-    """Runs `python -m tools.dlbricks ARGS` with `env` added."""
-    return subprocess.run(
-        [sys.executable, "-m", "tools.dlbricks", *args],
-        cwd=ROOT,
-        env=clean_environment(**env),
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
+from tests.cli import FAST, dlbricks
 
 
 def tiny_model_and_suite(folder: Path) -> tuple[str, Suite]:

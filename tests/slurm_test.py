@@ -24,9 +24,10 @@ import time
 
 import pytest
 
+from tests import cli
 from tests import shard_merge_test as shards
 
-ROOT = shards.ROOT
+ROOT = cli.ROOT
 INSTALL = "apt-get install -y slurmctld slurmd slurm-client munge"
 # Pid files of the daemons .ci/slurm_up starts (its slurm.conf sets them).
 PID_FILES = {
@@ -107,8 +108,8 @@ def test_array_tasks_time_their_shards_and_merge_once_each(cluster, tmp_path):
     stores = tmp_path / "stores"
     logs = tmp_path / "logs"
     logs.mkdir()
-    env = shards.clean_environment(
-        DLBRICKS_ARGS=" ".join([f"--models={path}", *shards.FAST]),
+    env = cli.clean_environment(
+        DLBRICKS_ARGS=" ".join([f"--models={path}", *cli.FAST]),
         DLBRICKS_STORES=str(stores),
         DLBRICKS_PYTHON=sys.executable,
     )
