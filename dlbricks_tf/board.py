@@ -174,6 +174,7 @@ def _tables(
                 "unique_bricks",
                 "total_bricks",
                 "campaign_wall_s",
+                "campaign_setup_s",
                 "end_to_end_wall_s",
             ]
             summaries.write_table(

@@ -32,8 +32,10 @@ def _g(row: Mapping[str, Any]) -> str:
 def format_report(report: Mapping[str, Any]) -> str:
     """The per-model and per-G tables of a report, as Markdown.
 
-    A `repeat diff` column is added when the corpus rows carry
-    `repeat_median_rel_diff` (benchmarks/accuracy.py's recheck); rows of
+    A `setup s` column is added when the corpus rows carry
+    `campaign_setup_s` (the part of the campaign no sampling cap shortens),
+    a `repeat diff` column when they carry `repeat_median_rel_diff`
+    (benchmarks/accuracy.py's recheck); rows of
     fused decompositions (`"split": "fused"`) show G as "1 fused".
     """
     lines = [
@@ -49,11 +51,14 @@ def format_report(report: Mapping[str, Any]) -> str:
             f"| {_f(r.get('normalized_min', math.nan))} |"
         )
     repeat = any("repeat_median_rel_diff" in c for c in report["corpus"])
+    setup = any("campaign_setup_s" in c for c in report["corpus"])
     header = (
         "| G | geomean | min | max | speed-up | unique bricks "
         "| campaign s | end-to-end s |"
     )
     rule = "|---:|---:|---:|---:|---:|---:|---:|---:|"
+    if setup:
+        header, rule = header + " setup s |", rule + "---:|"
     if repeat:
         header, rule = header + " repeat diff |", rule + "---:|"
     lines += ["", header, rule]
@@ -66,6 +71,8 @@ def format_report(report: Mapping[str, Any]) -> str:
             f"| {_f(c['campaign_wall_s'], 1)} "
             f"| {_f(c['end_to_end_wall_s'], 1)} |"
         )
+        if setup:
+            line += f" {_f(c.get('campaign_setup_s'), 1)} |"
         if repeat:
             line += f" {_f(c.get('repeat_median_rel_diff'))} |"
         lines.append(line)

@@ -277,6 +277,7 @@ class Timer(AdaptiveSampling):
         self._samples: list[float] = []
         self._sampling_s = 0.0
         self._dispatches = 0
+        self._prepare_s = 0.0
         self._n = 0  # Loop iterations per sample; K = n * copies.
         self._s = 0  # Samples per call.
         self._dispatch_ms = 0.0
@@ -316,6 +317,13 @@ class Timer(AdaptiveSampling):
         return (time.perf_counter() - start) * 1e3
 
     def _prepare(self) -> None:
+        start = time.perf_counter()
+        try:
+            self._prepare_steps()
+        finally:
+            self._prepare_s = time.perf_counter() - start
+
+    def _prepare_steps(self) -> None:
         opts = self.options
         self.run_ms(1)  # Traces and instantiates the function.
         warm = self.durations_ms(1, max(1, opts.warmup_calls))
@@ -374,6 +382,15 @@ class Timer(AdaptiveSampling):
     def samples_per_call(self) -> int:
         """S, the samples one dispatch takes (0 before the first sample)."""
         return self._s
+
+    @property
+    def prepare_seconds(self) -> float:
+        """Wall-clock seconds the first `sample()` spent before sampling.
+
+        Tracing, instantiating (grappler), warm-up and choosing K and S: a
+        fixed cost per timer, whatever the sampling caps (0 before).
+        """
+        return self._prepare_s
 
     @property
     def dispatches(self) -> int:

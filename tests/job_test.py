@@ -142,6 +142,9 @@ def test_run_job_times_missing_bricks_and_stores_them(files, tmp_path):
             sigs = details[g].suite.signatures
             assert store.missing(sigs, SETTINGS, FP, accept_noisy=True) == []
     assert [c["granularity"] for c in report["corpus"]] == [1, 2]
+    for c in report["corpus"]:
+        # Setup (decompose, build, trace, warm up) is part of the campaign.
+        assert 0 < c["campaign_setup_s"] < c["campaign_wall_s"]
     for row in report["runs"]:
         assert row["estimated_ms"] > 0 and row["measured_ms"] > 0
         assert row["new_unique_bricks"] >= 1

@@ -59,6 +59,19 @@ def test_format_report_adds_the_repeat_column():
     assert text.splitlines()[-1].endswith("| 0.012 |")
 
 
+def test_format_report_adds_the_setup_column_before_repeat():
+    corpus = [
+        {
+            **REPORT["corpus"][0],
+            "campaign_setup_s": 6.25,
+            "repeat_median_rel_diff": 0.0123,
+        }
+    ]
+    lines = report.format_report({**REPORT, "corpus": corpus}).splitlines()
+    assert lines[-3].endswith("| end-to-end s | setup s | repeat diff |")
+    assert lines[-1].endswith("| 10.0 | 20.0 | 6.2 | 0.012 |")
+
+
 def test_format_decompositions_lists_bricks_and_counts():
     model, _ = models.chain()
     d = dlbricks_tf.decompose(model, granularity=1)

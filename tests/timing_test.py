@@ -133,12 +133,15 @@ def test_restart_takes_fresh_samples_without_tracing_again():
     k = timer.calls_per_sample
     traces = timer._run.experimental_get_tracing_count()
     before = int(counter.calls.numpy())
+    prepared = timer.prepare_seconds
+    assert prepared > 0
     assert timer.restart() is timer and timer.samples == () and not timer.done
     second = timing.time_interleaved([timer])[0]
     assert first.samples == second.samples == 5
     assert int(counter.calls.numpy()) - before == 5 * k  # Only sampling.
     assert timer._run.experimental_get_tracing_count() == traces == 1
     assert timer.calls_per_sample == k
+    assert timer.prepare_seconds == prepared  # Not prepared again.
 
 
 def test_calls_per_sample_is_a_multiple_of_the_copies():
