@@ -78,7 +78,12 @@ _BRICK_MAX_SECONDS = flags.DEFINE_float(
     "brick_max_seconds", 1.0, "Sampling cap per brick, seconds."
 )
 _COPIES = flags.DEFINE_integer(
-    "input_copies", 1, "Input copies the loop rotates through.", lower_bound=1
+    "input_copies",
+    1,
+    "Input copies the loop rotates through, bricks only: inside a whole "
+    "model a brick's input was just written by another layer, not left "
+    "in cache by the brick's previous call.",
+    lower_bound=1,
 )
 _WEIGHT_COPIES = flags.DEFINE_integer(
     "weight_copies",
@@ -201,12 +206,14 @@ def main(argv: list[str]) -> None:
         max_seconds=_MAX_SECONDS.value,
         target_sample_ms=_TARGET_MS.value,
         samples_per_call=_SAMPLES_PER_CALL.value,
-        input_copies=_COPIES.value,
         absolute_precision_ms=_ABSOLUTE_MS.value,
     )
-    # Weight copies emulate a whole model's cold weights: bricks only.
+    # Copies emulate what a brick sees inside a whole model (its weights
+    # and input not left in cache by its previous call): bricks only. A
+    # whole model's trace would grow by the number of copies.
     brick_options = dataclasses.replace(
         options,
+        input_copies=_COPIES.value,
         weight_copies=_WEIGHT_COPIES.value,
         max_samples=_BRICK_MAX_SAMPLES.value,
         max_seconds=_BRICK_MAX_SECONDS.value,
