@@ -1,4 +1,4 @@
-r"""How far apart the same brick's medians fall: within one timer, across timers.
+r"""How far apart one brick's medians fall: within one timer, across timers.
 
 A brick "timed in two runs" is traced into two `tf.function`s, each with
 its own executor. For a few single-layer bricks, this times each one with
