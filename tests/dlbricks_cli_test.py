@@ -8,6 +8,7 @@ read back, and the real TensorBoard server asked for its runs and tags.
 import json
 import shutil
 import socket
+import sqlite3
 import subprocess
 import sys
 import time
@@ -207,6 +208,24 @@ def test_bench_measure_then_estimate(files, tmp_path):
     row = next(x for x in proc.stdout.splitlines() if x.startswith("| chain"))
     cells = [c.strip() for c in row.strip("|").split("|")]
     assert float(cells[3]) > 0 and float(cells[6]) > 0  # estimate, measured
+
+
+def test_bench_rotates_input_and_weight_copies(files, tmp_path):
+    db = tmp_path / "s.sqlite"
+    proc = dlbricks(
+        "bench",
+        f"--models={files[0]}",
+        f"--db={db}",
+        "--input_copies=3",
+        "--weight_copies=2",
+        *FAST,
+    )
+    assert proc.returncode == 0, proc.stderr
+    with sqlite3.connect(db) as con:
+        ks = [k for (k,) in con.execute(
+            "SELECT calls_per_sample FROM brick_results")]  # fmt: skip
+    # An iteration calls each of max(3, 2) copies once: K is a multiple.
+    assert len(ks) >= 4 and all(k % 3 == 0 for k in ks), ks
 
 
 def test_fuse_cuts_conv_bn_relu_units_for_bench_and_estimate(files, tmp_path):

@@ -155,6 +155,14 @@ _WEIGHT_COPIES = flags.DEFINE_integer(
     "Fresh copies of each brick the timing loop rotates through.",
     lower_bound=1,
 )
+_INPUT_COPIES = flags.DEFINE_integer(
+    "input_copies",
+    1,
+    "Random inputs each brick's timing loop rotates through, so a call "
+    "does not find its input left in cache by the previous one (inside a "
+    "whole model it was just written by another layer).",
+    lower_bound=1,
+)
 _RETIME = flags.DEFINE_bool(
     "retime", False, "Time every brick again, even those already stored."
 )
@@ -388,6 +396,7 @@ def _timing_options():
     bricks = dataclasses.replace(
         options,
         weight_copies=_WEIGHT_COPIES.value,
+        input_copies=_INPUT_COPIES.value,
         max_samples=min(_BRICK_MAX_SAMPLES.value, _MAX_SAMPLES.value),
         max_seconds=min(_BRICK_MAX_SECONDS.value, _MAX_SECONDS.value),
     )
