@@ -32,6 +32,7 @@ from pathlib import Path
 from absl import app, flags, logging
 
 from dlbricks_tf import corpus
+from dlbricks_tf import split as split_lib
 
 # One model per family (corpus.FAMILIES); --all for the 40.
 _DEFAULT_MODELS = list(corpus.FAMILIES)
@@ -106,7 +107,7 @@ _RECHECK = flags.DEFINE_integer(
 _SPLITS = flags.DEFINE_multi_enum(
     "split",
     ["plain"],
-    ["plain", "fused"],
+    list(split_lib.SPLITS),
     "How models are cut: plain (G layer calls) and/or fused (a "
     "convolution or dense layer stays with its BatchNormalization and "
     "activation; G counts such units). Repeat the flag for both.",

@@ -40,6 +40,7 @@ from pathlib import Path
 from absl import app, flags, logging
 
 from dlbricks_tf import corpus
+from dlbricks_tf import split as split_lib
 
 # One model per family (corpus.FAMILIES); --all for the 40.
 _DEFAULT_MODELS = list(corpus.FAMILIES)
@@ -289,7 +290,7 @@ def _row(name, g, settings, measured, results, d, new_bricks):
     return {
         "model": name,
         "granularity": g,
-        "split": "fused" if d.fuse else "plain",
+        "split": split_lib.split_name(d.fuse),
         "batch_size": settings.batch_size,
         "measured_ms": measured.median_ms,
         "estimated_ms": seq.ms,
@@ -415,7 +416,7 @@ def _run_granularity(g, sources, settings, fp, options, brick_options, store):
     normalized = [r["normalized"] for r in runs]
     corpus_row = {
         "granularity": g,
-        "split": "fused" if _FUSE.value else "plain",
+        "split": split_lib.split_name(_FUSE.value),
         "geomean_normalized": job.geomean(normalized),
         "min_normalized": min(normalized),
         "max_normalized": max(normalized),

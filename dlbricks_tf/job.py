@@ -31,6 +31,7 @@ from pathlib import Path
 from typing import Any
 
 from dlbricks_tf import corpus, errors
+from dlbricks_tf.split import split_name
 from dlbricks_tf.stats import Timing
 
 # The default corpus of `run`: three families (inverted residuals, residual
@@ -374,7 +375,7 @@ def run_granularity(
             {n: t.median_ms for n, t in measured.items()},
             {s: results[s].median_ms for s in suite.signatures},
         ),
-        "split": "fused" if fuse else "plain",
+        "split": split_name(fuse),
         "campaign_wall_s": clock["campaign"],
         "campaign_setup_s": clock["setup"],
         "end_to_end_wall_s": clock["end_to_end"],
@@ -401,7 +402,7 @@ def _row(name, g, settings, measured, results, d) -> dict[str, Any]:
     return {
         "model": name,
         "granularity": g,
-        "split": "fused" if d.fuse else "plain",
+        "split": split_name(d.fuse),
         "batch_size": settings.batch_size,
         "measured_ms": m.median_ms,
         "estimated_ms": seq.ms,

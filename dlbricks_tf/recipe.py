@@ -32,6 +32,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from dlbricks_tf import errors
+from dlbricks_tf.split import SPLITS, split_name
 
 FORMAT = "dlbricks-recipe"
 FORMAT_VERSION = 1
@@ -138,7 +139,7 @@ def from_decomposition(name: str, decomposition: _Decomposition) -> Recipe:
         granularity=decomposition.granularity,
         bricks=tuple(RecipeBrick(b.signature) for b in decomposition.bricks),
         dependencies=tuple(tuple(d) for d in decomposition.dependencies),
-        split="fused" if decomposition.fuse else "plain",
+        split=split_name(decomposition.fuse),
     )
 
 
@@ -208,7 +209,7 @@ def _problem(data: dict[str, Any]) -> str | None:
     if not _is_int(g) or g < 1:
         return f"'granularity' must be an integer of 1 or more, not {g!r}"
     split = data.get("split", "plain")
-    if split not in ("plain", "fused"):
+    if split not in SPLITS:
         return f"'split' must be 'plain' or 'fused', not {split!r}"
     bricks = data.get("bricks")
     if (

@@ -35,6 +35,14 @@ from __future__ import annotations
 
 from dlbricks_tf.graph import Graph
 
+# The ways of cutting, as reports, export manifests and recipes name them.
+SPLITS = ("plain", "fused")
+
+
+def split_name(fuse: bool) -> str:
+    """The name of a way of cutting: "fused" with fusion units, else "plain"."""
+    return "fused" if fuse else "plain"
+
 
 def buildable(graph: Graph, begin: int, end: int) -> bool:
     """Whether calls `[begin, end)` form a runnable network (see above)."""

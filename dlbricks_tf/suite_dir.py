@@ -29,6 +29,7 @@ from pathlib import Path, PurePosixPath
 from typing import Any
 
 from dlbricks_tf import errors
+from dlbricks_tf.split import SPLITS
 
 FORMAT = "dlbricks-suite"
 FORMAT_VERSION = 1
@@ -261,7 +262,7 @@ def load_suite(folder: str | os.PathLike, *, verify: bool = True) -> SuiteDir:
     split = manifest.get("split", "plain")
     if (
         not (granularity is None or _is_int(granularity))
-        or split not in ("plain", "fused")
+        or split not in SPLITS
         or not _is_int(opset)
         or not isinstance(versions, dict)
     ):

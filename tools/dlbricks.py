@@ -796,6 +796,7 @@ def _compare(sources, gs, safe_mode, db, logdir) -> None:
 
 def _cmd_export(sources, gs, safe_mode) -> None:
     from dlbricks_tf import export, recipe, suite
+    from dlbricks_tf import split as split_lib
 
     if len(gs) > 1:
         raise app.UsageError("export takes one --granularity.")
@@ -827,7 +828,7 @@ def _cmd_export(sources, gs, safe_mode) -> None:
         unique,
         folder,
         granularity=g,
-        split="fused" if _FUSE.value else "plain",
+        split=split_lib.split_name(_FUSE.value),
         progress=lambda done, total: bar("suite", done, total),
     )
     paths = []
