@@ -1,14 +1,18 @@
 """Bench: time the bricks of a suite that the store does not hold yet.
 
-Each brick is built fresh (`brick.build(batch_size)`), timed with the
-harness of `dlbricks_tf.timing` and committed to the store as soon as it
-finishes, so a campaign stopped half way resumes where it stopped and a new
-model costs only its new bricks.
+Each brick is built fresh (`brick.build(batch_size)`) and timed: under the
+chain protocol many bricks at once in chains (`dlbricks_tf.campaign`),
+committed chain by chain; under the loop protocol one at a time with the
+harness of `dlbricks_tf.timing`, committed brick by brick. Either way a
+campaign stopped half way resumes where it stopped and a new model costs
+only its new bricks.
 
-A brick whose median does not settle within the sampling caps (a noisy
-machine) is measured once more, with fresh samples; if the second timing
-does not settle either, the more precise of the two is stored flagged
-`noisy` (and a later run measures it again, see `Store.missing`).
+Loop protocol: a brick whose median does not settle within the sampling
+caps (a noisy machine) is measured once more, with fresh samples; if the
+second timing does not settle either, the more precise of the two is
+stored flagged `noisy` (and a later run measures it again, see
+`Store.missing`). Chain protocol: a brick is flagged only when it keeps
+some model's estimate from its precision (`dlbricks_tf.precision`).
 
 `StopSignals` turns SIGINT and SIGTERM into a request to stop: the brick in
 flight is finished and committed, then `time_suite` returns with `stopped`
@@ -23,6 +27,7 @@ Example:
 from __future__ import annotations
 
 import dataclasses
+import functools
 import signal
 import threading
 import time
@@ -97,6 +102,7 @@ def time_suite(
     on_result: Callable[[str, Timing], None] | None = None,
     stop: Callable[[], bool] | None = None,
     measure: Callable[[Any], Timing] | None = None,
+    build: Callable[[Any], Any] | None = None,
 ) -> BenchSummary:
     """Times every brick of `suite` missing from `store`, committing each.
 
@@ -117,7 +123,14 @@ def time_suite(
         measure: Times one suite entry (called again to re-measure it);
             by default its brick is built and timed with `options` by
             `dlbricks_tf.timing.time_model` (see also
-            `dlbricks_tf.suite_bench.measurer`).
+            `dlbricks_tf.suite_bench.measurer`). Under the chain protocol
+            (`settings.protocol == "chain"`) and without `measure`, bricks
+            are timed in chains instead (`dlbricks_tf.campaign`), to the
+            precision of the estimates of the models the suite counts
+            (each chain's sum for a suite without counts).
+        build: Under the chain protocol, returns an entry's runnable
+            `keras.Model` (default: `entry.brick.build(batch_size)`; see
+            `dlbricks_tf.suite_bench.builder`).
 
     Returns:
         What was timed and skipped.
@@ -127,6 +140,19 @@ def time_suite(
         StoreError: If a result cannot be written.
     """
     start = time.perf_counter()
+    if measure is None and settings.protocol == "chain":
+        return _time_chained(
+            suite,
+            store,
+            settings,
+            fingerprint,
+            options,
+            accept_noisy=accept_noisy,
+            check_settings=check_settings,
+            on_result=on_result,
+            stop=stop,
+            build=build,
+        )
     if measure is None:
         last: dict[str, timing.Timer] = {}
 
@@ -175,6 +201,73 @@ def time_suite(
         wall_s=time.perf_counter() - start,
         remeasured=tuple(remeasured),
         stopped=stopped,
+    )
+
+
+def _time_chained(
+    suite: Any,
+    store: Store,
+    settings: settings_lib.RunSettings,
+    fingerprint: SystemFingerprint,
+    options: timing.TimingOptions | None,
+    *,
+    accept_noisy: bool,
+    check_settings: bool,
+    on_result: Callable[[str, Timing], None] | None,
+    stop: Callable[[], bool] | None,
+    build: Callable[[Any], Any] | None,
+) -> BenchSummary:
+    """`time_suite` under the chain protocol: chains, committed per chain."""
+    from dlbricks_tf import campaign
+
+    start = time.perf_counter()
+    options = options or timing.TimingOptions()
+    todo = store.missing(
+        suite.signatures, settings, fingerprint, accept_noisy=accept_noisy
+    )
+    wanted = set(todo)
+    skipped = tuple(s for s in suite.signatures if s not in wanted)
+    if build is None:
+
+        def build(entry: Any) -> Any:
+            return entry.brick.build(batch_size=settings.batch_size)
+
+    weights: dict[str, dict[str, int]] = {}
+    for entry in suite.entries:
+        for model, count in getattr(entry, "counts", ()):
+            weights.setdefault(model, {})[entry.signature] = count
+    bricks = [
+        campaign.ChainedBrick(
+            entry.signature,
+            functools.partial(build, entry),
+            getattr(entry, "id_bounds", None),
+        )
+        for entry in suite.entries
+        if entry.signature in wanted
+    ]
+    known = store.results(settings, fingerprint)
+
+    def commit(signature: str, result: Timing) -> None:
+        store.put(signature, settings, fingerprint, result)
+        if on_result is not None:
+            on_result(signature, result)
+
+    summary = campaign.time_chains(
+        campaign.ordered(bricks, options.chain_order, options.seed),
+        settings,
+        options,
+        weights=weights,
+        known=known,
+        on_result=commit,
+        stop=stop,
+        check_settings=check_settings,
+    )
+    return BenchSummary(
+        timed=summary.timed,
+        skipped=skipped,
+        noisy=summary.noisy,
+        wall_s=time.perf_counter() - start,
+        stopped=summary.stopped,
     )
 
 

@@ -21,7 +21,9 @@ Example:
 
 from __future__ import annotations
 
+import collections
 import dataclasses
+import functools
 import json
 import math
 import os
@@ -230,7 +232,7 @@ def run_granularity(
     """
     import keras
 
-    from dlbricks_tf import bench, timing
+    from dlbricks_tf import bench, campaign, timing
     from dlbricks_tf import estimate as estimate_lib
     from dlbricks_tf import suite as suite_lib
 
@@ -272,24 +274,53 @@ def run_granularity(
         stored = store.results(settings, fingerprint, accept_noisy=False)
         results = {s: stored[s] for s in suite.signatures if s in stored}
     total = len(sources) + len(suite) - len(results)
-    done = 0
+    done = [0]
     if progress is not None and sources:
         progress(sources[0].name, 0, total)
     measured: dict[str, Timing] = {}
     first_noisy: dict[str, Timing] = {}  # First timings of re-measured ones.
-    runs = []
-    for source in sources:
-        keras.backend.clear_session()
-        d = decompositions[source.name]
-        model = source.build(safe_mode)
-        model_timer = timed(
-            "end_to_end",
-            timing.Timer,
-            model,
-            settings,
-            options,
-            check_settings=check_settings,
-        )
+    # {model: {signature: count}}: the estimates a chain's precision serves.
+    weights: dict[str, dict[str, int]] = {}
+    for entry in suite.entries:
+        for name, count in entry.counts:
+            weights.setdefault(name, {})[entry.signature] = count
+
+    def finished(name: str) -> None:
+        done[0] += 1
+        if progress is not None:
+            progress(name, done[0], total)
+
+    def commit(name: str, key: str, result: Timing) -> None:
+        results[key] = result  # Commit each brick as it finishes.
+        store.put(key, settings, fingerprint, result)
+        finished(name)
+
+    class ModelRounds:
+        """Samples the whole model once per round of its bricks.
+
+        The whole model keeps sampling for as long as any of its bricks
+        does, so its median covers the same stretch of time as theirs (the
+        machine drifts); samples past its own stopping point serve only
+        that comparison, and are charged to neither wall clock.
+        """
+
+        def __init__(self, name: str, timer: timing.Timer) -> None:
+            self.name, self.timer, self.counted = name, timer, False
+
+        def __call__(self) -> None:
+            if self.counted:
+                self.timer.sample()
+                return
+            timed("end_to_end", self.timer.sample)
+            if self.timer.done:
+                self.counted = True
+                finished(self.name)
+
+        def finish(self) -> None:
+            while not self.counted:
+                self()
+
+    def time_looped(name, d, rounds: ModelRounds) -> int:
         brick_timers = {}
         for brick in d.bricks:
             if brick.signature in results or brick.signature in brick_timers:
@@ -303,52 +334,80 @@ def run_granularity(
                 brick_options,
                 check_settings=check_settings,
             )
-        pending = [(source.name, "end_to_end", model_timer)]
-        pending += [(s, "campaign", t) for s, t in brick_timers.items()]
+        pending = list(brick_timers.items())
         # Interleaved rounds: one batch of samples of each timer per round.
-        # The whole model keeps sampling for as long as any of its bricks
-        # does, so its median covers the same stretch of time as theirs (the
-        # machine drifts); samples past its own stopping point serve only
-        # that comparison, and are charged to neither wall clock. A brick
-        # that stops unsettled is measured once more (fresh samples), in
-        # the same rounds, before the more precise timing is committed.
-        model_counted = True
+        # A brick that stops unsettled is measured once more (fresh
+        # samples), in the same rounds, before the more precise timing is
+        # committed.
         while pending:
-            for _, kind, timer in pending:
-                if timer is model_timer and not model_counted:
-                    timer.sample()
-                else:
-                    timed(kind, timer.sample)
+            rounds()
+            for _, timer in pending:
+                timed("campaign", timer.sample)
             left = []
-            for key, kind, timer in pending:
-                if timer is model_timer:
-                    continue
+            for key, timer in pending:
                 if not timer.done:
-                    left.append((key, kind, timer))
+                    left.append((key, timer))
                     continue
                 result = timer.result()
                 if result.noisy and key not in first_noisy:
                     first_noisy[key] = result
                     # Fresh samples, same traced loop (see `restart`).
-                    left.append((key, kind, timer.restart()))
+                    left.append((key, timer.restart()))
                     continue
                 if key in first_noisy:
                     result = bench.more_precise(first_noisy[key], result)
-                results[key] = result  # Commit each brick as it finishes.
-                store.put(key, settings, fingerprint, result)
-                done += 1
-                if progress is not None:
-                    progress(source.name, done, total)
-            if any(timer is model_timer for _, _, timer in pending):
-                if model_counted and model_timer.done:
-                    model_counted = False
-                    done += 1
-                    if progress is not None:
-                        progress(source.name, done, total)
-                if left or not model_timer.done:
-                    left.insert(0, (source.name, "end_to_end", model_timer))
+                commit(name, key, result)
             pending = left
         clock["setup"] += sum(t.prepare_seconds for t in brick_timers.values())
+        return len(brick_timers)
+
+    def time_chained(name, d, rounds: ModelRounds) -> int:
+        fresh: dict[str, campaign.ChainedBrick] = {}
+        for brick in d.bricks:
+            if brick.signature not in results:
+                fresh.setdefault(
+                    brick.signature,
+                    campaign.ChainedBrick(
+                        brick.signature,
+                        functools.partial(brick.build, settings.batch_size),
+                    ),
+                )
+        order = campaign.ordered(
+            list(fresh.values()), brick_options.chain_order, brick_options.seed
+        )
+        summary = campaign.time_chains(
+            order,
+            settings,
+            brick_options,
+            weights=weights,
+            known=results,
+            between=rounds,
+            on_result=functools.partial(commit, name),
+            check_settings=check_settings,
+        )
+        clock["setup"] += summary.setup_s
+        clock["campaign"] += summary.setup_s + summary.sampling_s
+        return len(fresh)
+
+    runs = []
+    for source in sources:
+        keras.backend.clear_session()
+        d = decompositions[source.name]
+        model = source.build(safe_mode)
+        model_timer = timed(
+            "end_to_end",
+            timing.Timer,
+            model,
+            settings,
+            options,
+            check_settings=check_settings,
+        )
+        rounds = ModelRounds(source.name, model_timer)
+        if settings.protocol == "chain":
+            new_bricks = time_chained(source.name, d, rounds)
+        else:
+            new_bricks = time_looped(source.name, d, rounds)
+        rounds.finish()
         measured[source.name] = model_timer.result()
         store.put_model(
             source.name, settings, fingerprint, measured[source.name]
@@ -356,15 +415,16 @@ def run_granularity(
         runs.append(
             _row(source.name, granularity, settings, measured, results, d)
         )
-        runs[-1]["new_unique_bricks"] = len(brick_timers)
+        runs[-1]["new_unique_bricks"] = new_bricks
         row = runs[-1]
         log(
             f"G={granularity} {source.name}: measured "
             f"{row['measured_ms']:.3f} ms, estimated "
-            f"{row['estimated_ms']:.3f} ms (x{row['normalized']:.3f}), "
-            f"{row['bricks']} bricks, {len(brick_timers)} timed"
+            f"{row['estimated_ms']:.3f} ms (x{row['normalized']:.3f}, "
+            f"+-{100 * row['estimate_precision']:.1f}%), "
+            f"{row['bricks']} bricks, {new_bricks} timed"
         )
-        del model, model_timer, brick_timers, pending
+        del model, model_timer, rounds
     normalized = [r["normalized"] for r in runs]
     corpus_row = {
         "granularity": granularity,
@@ -395,6 +455,7 @@ def run_granularity(
 
 def _row(name, g, settings, measured, results, d) -> dict[str, Any]:
     from dlbricks_tf import estimate as estimate_lib
+    from dlbricks_tf import precision
 
     seq = estimate_lib.estimate(d, results, "sequential")
     par = estimate_lib.estimate(d, results, "parallel")
@@ -420,6 +481,10 @@ def _row(name, g, settings, measured, results, d) -> dict[str, Any]:
         "dispatch_ms": m.dispatch_ms,
         "noisy_bricks": len(seq.noisy_signatures),
         "bricks": seq.bricks,
+        # The relative half-width the bricks' intervals leave the estimate.
+        "estimate_precision": precision.estimate_precision(
+            collections.Counter(b.signature for b in d.bricks), results
+        ),
     }
 
 

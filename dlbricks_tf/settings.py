@@ -22,6 +22,11 @@ from typing import Any
 from dlbricks_tf import errors
 
 BACKENDS = ("tf", "onnxruntime")
+# How bricks are timed: "chain" runs many bricks in one traced function,
+# timed link by link (`dlbricks_tf.chain`); "loop" gives every brick its own
+# traced loop (`dlbricks_tf.timing`, and ONNX Runtime's sessions). Results
+# of one protocol never stand in for the other's: the key differs.
+PROTOCOLS = ("loop", "chain")
 
 
 class ThreadPoolError(errors.Error):
@@ -39,6 +44,10 @@ class RunSettings:
         backend: "tf" or "onnxruntime".
         onednn: Whether oneDNN's optimised kernels were on.
         jit_compile: Whether the `tf.function` was compiled with XLA.
+        protocol: How bricks were timed, "chain" or "loop" (see
+            `PROTOCOLS`); None picks "chain" for the TF backend without
+            XLA (XLA has no timestamp op) and "loop" otherwise. Settings
+            stored before chains existed read back as "loop".
     """
 
     batch_size: int
@@ -47,6 +56,7 @@ class RunSettings:
     backend: str = "tf"
     onednn: bool = True
     jit_compile: bool = False
+    protocol: str | None = None
 
     def __post_init__(self) -> None:
         for name in ("batch_size", "intra_op_threads", "inter_op_threads"):
@@ -60,13 +70,33 @@ class RunSettings:
                 f"backend must be one of {BACKENDS}. "
                 f"Received: backend={self.backend!r}"
             )
+        chains = self.backend == "tf" and not self.jit_compile
+        if self.protocol is None:
+            object.__setattr__(self, "protocol", "chain" if chains else "loop")
+        if self.protocol not in PROTOCOLS:
+            raise ValueError(
+                f"protocol must be one of {PROTOCOLS}. "
+                f"Received: protocol={self.protocol!r}"
+            )
+        if self.protocol == "chain" and not chains:
+            raise ValueError(
+                "protocol='chain' needs backend='tf' without jit_compile "
+                "(XLA has no timestamp op; ONNX Runtime times each brick "
+                "in its own session); use protocol='loop'. Received: "
+                f"backend={self.backend!r}, jit_compile={self.jit_compile}"
+            )
 
     def key(self) -> str:
-        """Returns a stable, readable key, e.g. 'tf-b1-t2x1-onednn1-jit0'."""
+        """Returns a stable, readable key, e.g. 'tf-b1-t2x1-onednn1-jit0'.
+
+        Chain-timed settings end in '-chain'; loop-timed ones keep the key
+        they had before chains existed, so old stores still read.
+        """
         return (
             f"{self.backend}-b{self.batch_size}"
             f"-t{self.intra_op_threads}x{self.inter_op_threads}"
             f"-onednn{int(self.onednn)}-jit{int(self.jit_compile)}"
+            + ("-chain" if self.protocol == "chain" else "")
         )
 
     def to_dict(self) -> dict[str, Any]:
@@ -79,8 +109,14 @@ class RunSettings:
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> RunSettings:
-        """Builds settings from `to_dict` output."""
-        return cls(**dict(data))
+        """Builds settings from `to_dict` output.
+
+        Settings written before the protocol was recorded were timed with
+        one loop per brick: they read back as "loop".
+        """
+        values = dict(data)
+        values.setdefault("protocol", "loop")
+        return cls(**values)
 
     @classmethod
     def default(
@@ -91,6 +127,7 @@ class RunSettings:
         inter_op_threads: int = 1,
         backend: str = "tf",
         jit_compile: bool = False,
+        protocol: str | None = None,
     ) -> RunSettings:
         """Returns this machine's defaults: intra = physical cores, inter = 1.
 
@@ -103,6 +140,7 @@ class RunSettings:
             backend=backend,
             onednn=onednn_enabled(),
             jit_compile=jit_compile,
+            protocol=protocol,
         )
 
 

@@ -25,6 +25,7 @@ Example:
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import Any
 
 from dlbricks_tf import settings as settings_lib
 from dlbricks_tf import suite_dir, timing
@@ -84,3 +85,31 @@ def measurer(
         )
 
     return measure_tf
+
+
+def builder(
+    settings: settings_lib.RunSettings, source: str = "keras"
+) -> Callable[[suite_dir.SuiteDirEntry], Any]:
+    """Returns entry -> runnable `keras.Model`, for chains on TF.
+
+    Args:
+        settings: Run settings (their batch size).
+        source: "keras": the brick rebuilt from its `.keras` file (fresh
+            layers from their configs, Keras's safe mode: no code from
+            the file runs); "saved_model": its SavedModel in a
+            `keras.layers.TFSMLayer`, as `measurer` times it.
+    """
+    if source == "saved_model":
+        return lambda entry: suite_dir.load_saved_model(
+            entry, settings.batch_size
+        )
+    if source != "keras":
+        raise ValueError(
+            "source must be 'keras' or 'saved_model'. "
+            f"Received: source={source!r}"
+        )
+
+    def build(entry: suite_dir.SuiteDirEntry) -> Any:
+        return suite_dir.load_keras_brick(entry, settings.batch_size)
+
+    return build

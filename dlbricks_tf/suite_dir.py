@@ -419,6 +419,36 @@ def load_saved_model(entry: SuiteDirEntry, batch_size: int | None = 1):
     )
 
 
+def load_keras_brick(entry: SuiteDirEntry, batch_size: int | None = 1):
+    """A brick rebuilt from its `.keras` file, in Keras's safe mode.
+
+    Fresh layers from their configs, with the file's weights; no code from
+    the file runs (a `Lambda` is refused). The inputs keep the open batch
+    dimension the export gave them (the timing harness fixes it).
+
+    Args:
+        entry: A brick of a `SuiteDir`.
+        batch_size: Unused: kept for symmetry with `load_saved_model`.
+
+    Raises:
+        SuiteError: If the file cannot be loaded.
+    """
+    del batch_size  # The exported brick's batch dimension is open.
+    import keras
+
+    try:
+        return keras.saving.load_model(
+            entry.keras, compile=False, safe_mode=True
+        )
+    except Exception as e:  # Keras raises many types for bad files.
+        text = str(e).strip()
+        raise SuiteError(
+            f"Brick {entry.signature}: cannot load its Keras file "
+            f"{entry.keras!r}: {type(e).__name__}: "
+            f"{text.splitlines()[0] if text else ''}; {_AGAIN}"
+        ) from e
+
+
 def _get(value: Any, key: str) -> Any:
     return value.get(key) if isinstance(value, dict) else None
 

@@ -79,6 +79,10 @@ class TimingOptions:
         subtract_loop_overhead: Subtract the per-iteration cost of the
             loop machinery, measured on an empty model.
         seed: Seed of the synthetic inputs.
+        chain_links: Bricks in one chain, at most (chain protocol, see
+            `dlbricks_tf.campaign`); there `precision` is that of each
+            model's estimate and the caps are per chain.
+        chain_order: "model" (the models' order) or "shuffled".
     """
 
     precision: float = 0.02
@@ -95,6 +99,8 @@ class TimingOptions:
     weight_copies: int = 1
     subtract_loop_overhead: bool = True
     seed: int = 0
+    chain_links: int = 64
+    chain_order: str = "model"
 
 
 def _fresh_copy(model: keras.Model) -> keras.Model:

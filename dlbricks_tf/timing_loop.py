@@ -37,7 +37,7 @@ from dlbricks_tf import settings as settings_lib
 from dlbricks_tf import stats
 
 
-def _pack(model: keras.Model, flat: list[tf.Tensor]):
+def pack_inputs(model: keras.Model, flat: list[tf.Tensor]):
     """Packs flat inputs into the structure the model was built with."""
     target = model
     if isinstance(model, keras.Sequential):
@@ -71,7 +71,7 @@ def _body(models: Sequence[keras.Model], input_copies: int, jit_compile: bool):
             # Chain the calls: the next starts when this one is done.
             with tf.control_dependencies([acc]):
                 flat = [x[c % input_copies] for x in xs]
-                outputs = model(_pack(model, flat), training=False)
+                outputs = model(pack_inputs(model, flat), training=False)
             for y in tf.nest.flatten(outputs):
                 if jit_compile:  # XLA would compute element 0 alone.
                     used = tf.reduce_sum(tf.cast(y, tf.float32))

@@ -27,7 +27,7 @@ FAST_CPU = SystemFingerprint(
 )
 SLOW_CPU = dataclasses.replace(FAST_CPU, cpu_model="Slow CPU", logical_cpus=2)
 TF = RunSettings(batch_size=1, intra_op_threads=2, inter_op_threads=1)
-ORT = dataclasses.replace(TF, backend="onnxruntime")
+ORT = dataclasses.replace(TF, backend="onnxruntime", protocol=None)
 
 
 def _timing(ms, noisy=False):

@@ -230,7 +230,7 @@ def test_result_goes_into_the_store_and_back(tmp_path, chain_onnx):
     with store.Store(tmp_path / "s.sqlite") as s:
         s.put("sig", ORT, fp, t)
         s.put_model("chain", ORT, fp, t)
-    tf_settings = dataclasses.replace(ORT, backend="tf")
+    tf_settings = dataclasses.replace(ORT, backend="tf", protocol=None)
     with store.Store(tmp_path / "s.sqlite") as s:
         assert s.get("sig", ORT, fp) == t
         assert s.get_model("chain", ORT, fp) == t
@@ -279,7 +279,7 @@ def test_tf_timer_with_explicit_id_bounds_keeps_ids_below_them():
 
 
 def test_bad_settings_and_inputs_raise(chain_onnx):
-    tf_settings = dataclasses.replace(ORT, backend="tf")
+    tf_settings = dataclasses.replace(ORT, backend="tf", protocol=None)
     with pytest.raises(timing.MeasurementError, match="backend"):
         ort_timing.OrtTimer(chain_onnx, tf_settings, FAST)
     with pytest.raises(timing.MeasurementError, match="jit_compile"):

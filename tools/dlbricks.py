@@ -133,15 +133,48 @@ _MAX_SECONDS = flags.DEFINE_float(
 _BRICK_MAX_SAMPLES = flags.DEFINE_integer(
     "brick_max_samples",
     60,
-    "Samples per brick, at most: a brick that has not settled by then is "
-    "stored flagged noisy.",
+    "Samples per brick, at most, with --protocol=loop: a brick that has "
+    "not settled by then is stored flagged noisy. Chains take "
+    "--max_samples.",
     lower_bound=1,
 )
 _BRICK_MAX_SECONDS = flags.DEFINE_float(
     "brick_max_seconds",
     1.0,
-    "Sampling time per brick, at most (s).",
+    "Sampling time per brick, at most (s), with --protocol=loop. Chains "
+    "take --max_seconds per chain.",
     lower_bound=0.0,
+)
+_PROTOCOL = flags.DEFINE_enum(
+    "protocol",
+    "chain",
+    ["chain", "loop"],
+    "How the TF backend times bricks: 'chain' runs up to --chain_links "
+    "bricks in one traced function, timed link by link, until every "
+    "model's estimate is known to --precision; 'loop' gives each brick "
+    "its own traced loop, timed to --precision itself. Results of the two "
+    "are stored apart. ONNX Runtime and --jit_compile always use 'loop'.",
+)
+_CHAIN_LINKS = flags.DEFINE_integer(
+    "chain_links",
+    64,
+    "Bricks in one chain, at most (--protocol=chain): more bricks share "
+    "one trace; fewer bound the memory of a chain.",
+    lower_bound=1,
+)
+_SUITE_BRICKS = flags.DEFINE_enum(
+    "suite_bricks",
+    "keras",
+    ["keras", "saved_model"],
+    "bench --suite on TF with chains: rebuild each brick from its .keras "
+    "file (safe mode, no code from the suite runs) or load its SavedModel.",
+)
+_CHAIN_ORDER = flags.DEFINE_enum(
+    "chain_order",
+    "model",
+    ["model", "shuffled"],
+    "Order of the bricks in chains: as the models run them, or shuffled "
+    "(seeded).",
 )
 _TARGET_MS = flags.DEFINE_float(
     "target_sample_ms",
@@ -311,6 +344,11 @@ def _native_logs_hidden(hidden: bool):
             os.close(saved)
 
 
+def _protocol(backend: str) -> str | None:
+    """--protocol for the TF backend; ONNX Runtime times each brick alone."""
+    return _PROTOCOL.value if backend == "tf" else None
+
+
 def _start_tensorflow(intra: int | None, inter: int, batch_size: int):
     """Fixes the thread pools before TensorFlow's first op; returns settings."""
     quiet = _quiet()
@@ -320,7 +358,10 @@ def _start_tensorflow(intra: int | None, inter: int, batch_size: int):
         from dlbricks_tf import settings as settings_lib
 
         settings = settings_lib.RunSettings.default(
-            batch_size, intra_op_threads=intra, inter_op_threads=inter
+            batch_size,
+            intra_op_threads=intra,
+            inter_op_threads=inter,
+            protocol=_protocol("tf"),
         )
         settings_lib.configure_threads(
             settings.intra_op_threads, settings.inter_op_threads
@@ -397,9 +438,15 @@ def _timing_options():
         options,
         weight_copies=_WEIGHT_COPIES.value,
         input_copies=_INPUT_COPIES.value,
-        max_samples=min(_BRICK_MAX_SAMPLES.value, _MAX_SAMPLES.value),
-        max_seconds=min(_BRICK_MAX_SECONDS.value, _MAX_SECONDS.value),
+        chain_links=_CHAIN_LINKS.value,
+        chain_order=_CHAIN_ORDER.value,
     )
+    if _PROTOCOL.value == "loop":  # Caps per brick; a chain's are a model's.
+        bricks = dataclasses.replace(
+            bricks,
+            max_samples=min(_BRICK_MAX_SAMPLES.value, _MAX_SAMPLES.value),
+            max_seconds=min(_BRICK_MAX_SECONDS.value, _MAX_SECONDS.value),
+        )
     return options, bricks
 
 
@@ -551,7 +598,9 @@ def _bench_suite_dir(folder: str) -> None:
     suite = suite_dir.load_suite(folder)  # Checks every file's hash.
     shard = _shard()
     settings = _start_tensorflow(_INTRA.value, _INTER.value, _BATCH.value)
-    settings = dataclasses.replace(settings, backend=_BACKEND.value)
+    settings = dataclasses.replace(
+        settings, backend=_BACKEND.value, protocol=_protocol(_BACKEND.value)
+    )
     if settings.backend == "onnxruntime":
         from dlbricks_tf import ort_timing
 
@@ -562,7 +611,11 @@ def _bench_suite_dir(folder: str) -> None:
     if shard.count > 1:
         suite = suite.shard(shard.index, shard.count)
         part = f"{len(suite)} of the suite's {part}"
-    measure = suite_bench.measurer(settings, brick_options)
+    measure = build = None
+    if settings.protocol == "chain":
+        build = suite_bench.builder(settings, _SUITE_BRICKS.value)
+    else:
+        measure = suite_bench.measurer(settings, brick_options)
     with _open_store(db) as store, bench.StopSignals() as stop:
         _time_suite(
             f"suite {folder} on {settings.backend}",
@@ -574,11 +627,12 @@ def _bench_suite_dir(folder: str) -> None:
             brick_options,
             stop,
             measure=measure,
+            build=build,
         )
 
 
 def _time_suite(
-    label, part, s, store, settings, fp, options, stop, measure=None
+    label, part, s, store, settings, fp, options, stop, measure=None, build=None
 ) -> None:
     """Times what the store lacks of suite `s`, with progress and summary."""
     from dlbricks_tf import bench
@@ -597,6 +651,7 @@ def _time_suite(
         on_result=on_result,
         stop=stop,
         measure=measure,
+        build=build,
     )
     print(
         f"{label}: timed {len(summary.timed)}, already stored "
@@ -677,7 +732,9 @@ def _cmd_estimate(sources, gs, safe_mode) -> None:
         return
     _, db, _ = _paths()
     settings = _start_tensorflow(_INTRA.value, _INTER.value, _BATCH.value)
-    settings = dataclasses.replace(settings, backend=_BACKEND.value)
+    settings = dataclasses.replace(
+        settings, backend=_BACKEND.value, protocol=_protocol(_BACKEND.value)
+    )
     fp = system_fingerprint()
     with _open_store(db, must_exist=True) as store:
         rows = []
@@ -709,6 +766,7 @@ def _estimate_recipes(paths: list[str]) -> None:
         intra_op_threads=_INTRA.value,
         inter_op_threads=_INTER.value,
         backend=_BACKEND.value,
+        protocol=_protocol(_BACKEND.value),
     )
     fp = system_fingerprint()
     rows = []

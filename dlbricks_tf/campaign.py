@@ -1,0 +1,241 @@
+"""A brick campaign: bricks timed in chains, to the precision models need.
+
+`time_chains` takes the bricks to time (each with a builder, so only one
+chain's bricks are alive at a time), groups them into chains of at most
+`TimingOptions.chain_links` bricks and `MAX_CHAIN_BYTES` of weights and
+inputs, and times each chain as one traced function
+(`dlbricks_tf.chain.ChainTimer`). A chain is sampled in rounds until the
+estimates of the models that use its bricks are known to the options'
+precision (`dlbricks_tf.precision.chain_verdict`), or a cap is hit; then
+every brick of it is handed to `on_result` (to be committed), flagged
+noisy only if it keeps some model from its target. A campaign killed
+mid-chain loses that chain's samples, nothing committed before.
+
+`between` is called once per round: `dlbricks_tf.job` samples the whole
+model there, so bricks and model are measured close together in time.
+
+Order: by default bricks are chained in the order they come (the models'
+topological order, as a model runs them); `chain_order="shuffled"`
+chains them in a seeded random order, so that no brick runs after its
+model neighbour (`benchmarks/chain_order.py` compares the two).
+
+Example:
+    summary = time_chains(
+        [ChainedBrick(b.signature, functools.partial(b.build, 1))
+         for b in bricks],
+        settings, options, weights={"m": counts},
+        on_result=lambda key, timing: store.put(key, settings, fp, timing))
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import random
+import time
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+import numpy as np
+
+from dlbricks_tf import precision
+from dlbricks_tf import settings as settings_lib
+from dlbricks_tf.stats import Timing
+from dlbricks_tf.timing import TimingOptions
+
+# Weights and inputs of one chain's bricks, at most (one brick may exceed
+# it alone): bounds the campaign's memory whatever the corpus.
+MAX_CHAIN_BYTES = 512 * 2**20
+ORDERS = ("model", "shuffled")
+
+
+@dataclasses.dataclass(frozen=True)
+class ChainedBrick:
+    """A brick to time in a chain.
+
+    Attributes:
+        key: Its signature (the key of its result).
+        build: Returns the runnable `keras.Model`, built when its chain is.
+        id_bounds: Exclusive id bound per flat input, for a model whose
+            graph hides its Embeddings; None to read them from the graph.
+    """
+
+    key: str
+    build: Callable[[], Any]
+    id_bounds: tuple[int | None, ...] | None = None
+
+
+@dataclasses.dataclass(frozen=True)
+class CampaignSummary:
+    """What one `time_chains` call did.
+
+    Attributes:
+        timed: Keys timed and handed to `on_result`, in order.
+        noisy: Timed keys flagged noisy (they keep a model from its target).
+        chains: Chains traced.
+        setup_s: Seconds building, tracing and warming up the chains.
+        sampling_s: Seconds in calls that took samples.
+        stopped: Whether `stop` ended the campaign early.
+    """
+
+    timed: tuple[str, ...]
+    noisy: tuple[str, ...]
+    chains: int
+    setup_s: float
+    sampling_s: float
+    stopped: bool = False
+
+
+def ordered(
+    bricks: Sequence[ChainedBrick], order: str, seed: int = 0
+) -> list[ChainedBrick]:
+    """The bricks in chain order: as given ("model") or "shuffled"."""
+    if order not in ORDERS:
+        raise ValueError(
+            f"chain order must be one of {ORDERS}. Received: {order!r}"
+        )
+    result = list(bricks)
+    if order == "shuffled":
+        random.Random(seed).shuffle(result)
+    return result
+
+
+def _bytes(model: Any, batch_size: int) -> int:
+    """Bytes of a built brick's weights and synthetic inputs (estimate)."""
+    total = 0
+    for w in model.weights:
+        total += math.prod(w.shape) * np.dtype(w.dtype).itemsize
+    for x in model.inputs:
+        size = batch_size * math.prod(d or 1 for d in x.shape[1:])
+        total += size * np.dtype(x.dtype).itemsize
+    return total
+
+
+def time_chains(
+    bricks: Sequence[ChainedBrick],
+    settings: settings_lib.RunSettings,
+    options: TimingOptions | None = None,
+    *,
+    weights: Mapping[str, Mapping[str, int]] | None = None,
+    known: Mapping[str, Timing] | None = None,
+    between: Callable[[], None] | None = None,
+    on_result: Callable[[str, Timing], None] | None = None,
+    stop: Callable[[], bool] | None = None,
+    check_settings: bool = True,
+) -> CampaignSummary:
+    """Times bricks in chains; hands each result to `on_result`.
+
+    Args:
+        bricks: The bricks to time, in the wanted order (see `ordered`).
+        settings: Run settings in force (TF backend, chain protocol).
+        options: `precision` (of each model's estimate), `min_samples`,
+            `max_samples` and `max_seconds` (per chain), `chain_links`,
+            `absolute_precision_ms` and `seed` are used.
+        weights: {model: {signature: count}} of the models whose estimates
+            the precision aims at (None: each chain's sum).
+        known: Timings of the models' other bricks, already timed.
+        between: Called once per round of samples.
+        on_result: Called with (key, timing) for every brick of a chain
+            as soon as the chain is done.
+        stop: Asked every round; True ends the chain in flight (committed
+            if it has `min_samples` samples) and the campaign.
+        check_settings: Verify `settings` against the process first.
+
+    Returns:
+        What was timed.
+
+    Raises:
+        MeasurementError: If a brick cannot be built into a chain or timed.
+    """
+    from dlbricks_tf.chain import ChainTimer
+
+    options = options or TimingOptions()
+    weights = weights or {}
+    known_ms = {k: t.median_ms for k, t in (known or {}).items()}
+    timed: list[str] = []
+    noisy: list[str] = []
+    clock = {"setup": 0.0, "sampling": 0.0, "chains": 0}
+    stopped = False
+
+    def run(chain_bricks: list[tuple[ChainedBrick, Any]]) -> bool:
+        start = time.perf_counter()
+        chain = ChainTimer(
+            [(b.key, model) for b, model in chain_bricks],
+            settings,
+            seed=options.seed,
+            check_settings=check_settings,
+            id_bounds={
+                b.key: b.id_bounds for b, _ in chain_bricks if b.id_bounds
+            },
+        )
+        clock["setup"] += time.perf_counter() - start
+        clock["chains"] += 1
+        holding: frozenset[str] = frozenset()
+        halted = False
+        while True:
+            chain.sample()
+            if between is not None:
+                between()
+            n = chain.sample_count
+            if n >= options.min_samples:
+                settled, holding = precision.chain_verdict(
+                    {k: chain.samples(i) for i, k in enumerate(chain.keys)},
+                    weights,
+                    known_ms,
+                    options.precision,
+                    options.absolute_precision_ms,
+                )
+                if settled:
+                    break
+            if (
+                n >= options.max_samples
+                or chain.sampling_seconds >= options.max_seconds
+            ):
+                break
+            if stop is not None and stop():
+                halted = True
+                break
+        clock["setup"] += chain.prepare_seconds
+        clock["sampling"] += chain.sampling_seconds
+        if halted and chain.sample_count < options.min_samples:
+            return True  # Too few samples to commit: the chain is lost.
+        for i, key in enumerate(chain.keys):
+            result = chain.result(i, noisy=key in holding)
+            known_ms[key] = result.median_ms
+            timed.append(key)
+            if result.noisy:
+                noisy.append(key)
+            if on_result is not None:
+                on_result(key, result)
+        return halted
+
+    pending: list[tuple[ChainedBrick, Any]] = []
+    size = 0
+    for brick in bricks:
+        if stop is not None and stop():
+            stopped = True
+            break
+        start = time.perf_counter()
+        model = brick.build()
+        clock["setup"] += time.perf_counter() - start
+        grow = _bytes(model, settings.batch_size)
+        if pending and (
+            len(pending) >= options.chain_links or size + grow > MAX_CHAIN_BYTES
+        ):
+            if run(pending):
+                stopped = True
+                pending = []
+                break
+            pending, size = [], 0
+        pending.append((brick, model))
+        size += grow
+    if pending and not stopped:
+        stopped = run(pending)
+    return CampaignSummary(
+        timed=tuple(timed),
+        noisy=tuple(noisy),
+        chains=clock["chains"],
+        setup_s=clock["setup"],
+        sampling_s=clock["sampling"],
+        stopped=stopped,
+    )
