@@ -29,8 +29,10 @@ def _settings():
         checked = True
     except settings_lib.ThreadPoolError:
         checked = False  # An earlier test ran TensorFlow first.
+    # The loop protocol (one traced loop per brick): chains are tested in
+    # tests/chain_test.py.
     return settings_lib.RunSettings(
-        1, 1, 1, onednn=settings_lib.onednn_enabled()
+        1, 1, 1, onednn=settings_lib.onednn_enabled(), protocol="loop"
     ), checked
 
 

@@ -15,8 +15,9 @@ _ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 def test_key_is_stable_and_distinguishes_every_field():
     base = settings_lib.RunSettings(1, 2, 1, onednn=True)
-    assert base.key() == "tf-b1-t2x1-onednn1-jit0"
+    assert base.key() == "tf-b1-t2x1-onednn1-jit0-chain"
     variants = [
+        settings_lib.RunSettings(1, 2, 1, protocol="loop"),
         settings_lib.RunSettings(8, 2, 1),
         settings_lib.RunSettings(1, 1, 1),
         settings_lib.RunSettings(1, 2, 2),
@@ -26,6 +27,34 @@ def test_key_is_stable_and_distinguishes_every_field():
     ]
     keys = {base.key(), *(v.key() for v in variants)}
     assert len(keys) == 1 + len(variants)
+
+
+def test_protocol_defaults_and_old_rows_read_as_loop():
+    assert settings_lib.RunSettings(1, 2, 1).protocol == "chain"
+    ort = settings_lib.RunSettings(1, 2, 1, backend="onnxruntime")
+    assert ort.protocol == "loop"
+    assert settings_lib.RunSettings(1, 2, 1, jit_compile=True).protocol == (
+        "loop"
+    )
+    # Settings stored before the protocol existed were loop-timed and keep
+    # their key.
+    old = {
+        "batch_size": 1,
+        "intra_op_threads": 2,
+        "inter_op_threads": 1,
+        "backend": "tf",
+        "onednn": True,
+        "jit_compile": False,
+    }
+    restored = settings_lib.RunSettings.from_dict(old)
+    assert restored.protocol == "loop"
+    assert restored.key() == "tf-b1-t2x1-onednn1-jit0"
+    with pytest.raises(ValueError, match="protocol"):
+        settings_lib.RunSettings(
+            1, 2, 1, backend="onnxruntime", protocol="chain"
+        )
+    with pytest.raises(ValueError, match="protocol"):
+        settings_lib.RunSettings(1, 2, 1, protocol="batch")
 
 
 def test_dict_and_json_round_trip():

@@ -1,0 +1,254 @@
+"""Tests for dlbricks_tf/chain.py and dlbricks_tf/campaign.py.
+
+Figures are checked for what the protocol promises (one positive figure per
+brick, the link cost subtracted, commits per chain), never against a time.
+"""
+
+import functools
+
+import keras
+import pytest
+
+import dlbricks_tf
+from dlbricks_tf import campaign, chain, timing
+from dlbricks_tf import estimate as estimate_lib
+from dlbricks_tf import settings as settings_lib
+from dlbricks_tf import suite as suite_lib
+from tests import models
+
+
+def _settings():
+    try:
+        settings_lib.configure_threads(1, 1)
+        checked = True
+    except settings_lib.ThreadPoolError:
+        checked = False  # An earlier test ran TensorFlow first.
+    return settings_lib.RunSettings(
+        1, 1, 1, onednn=settings_lib.onednn_enabled()
+    ), checked
+
+
+SETTINGS, CHECKED = _settings()
+FAST = timing.TimingOptions(min_samples=4, max_samples=8, max_seconds=2.0)
+
+
+def _bricks(model, granularity=1):
+    d = dlbricks_tf.decompose(model, granularity=granularity)
+    suite = suite_lib.build_suite({"m": d})
+    return d, suite
+
+
+def test_layout_spreads_empty_links_and_keeps_every_brick_once():
+    layout = chain._layout(10, 4)
+    assert [i for i in layout if i is not None] == list(range(10))
+    assert layout.count(None) == 4
+    assert layout[0] is None
+
+
+def test_a_chain_gives_one_positive_figure_per_brick():
+    _, suite = _bricks(models.chain()[0])
+    bricks = [(e.signature, e.brick.build(1)) for e in suite.entries]
+    timer = chain.ChainTimer(bricks, SETTINGS, check_settings=CHECKED)
+    for _ in range(5):
+        timer.sample()
+    assert timer.keys == tuple(e.signature for e in suite.entries)
+    assert timer.sample_count == 5
+    for i in range(len(bricks)):
+        result = timer.result(i, noisy=False)
+        assert result.samples == 5
+        assert result.median_ms > 0
+    assert timer.prepare_seconds > 0 and timer.iterations >= 1
+
+
+def test_the_link_cost_is_measured_and_subtracted():
+    _, suite = _bricks(models.chain()[0])
+    bricks = [(e.signature, e.brick.build(1)) for e in suite.entries]
+    timer = chain.ChainTimer(bricks, SETTINGS, check_settings=CHECKED)
+    for _ in range(4):
+        timer.sample()
+    link = timer.link_ms
+    assert link > 0
+    raw = timer._samples[0]
+    assert timer.samples(0) == [max(v - link, 0.0) for v in raw]
+    assert timer.result(0, noisy=False).loop_overhead_ms == link
+
+
+def test_a_chain_refuses_repeated_keys_and_xla():
+    model = models.chain()[0]
+    with pytest.raises(timing.MeasurementError, match="once"):
+        chain.ChainTimer([("a", model), ("a", model)], SETTINGS)
+    xla = settings_lib.RunSettings(1, 1, 1, jit_compile=True)
+    with pytest.raises(timing.MeasurementError, match="jit_compile"):
+        chain.ChainTimer([("a", model)], xla, check_settings=False)
+
+
+def test_campaign_commits_chain_by_chain_and_estimates_a_tiny_model():
+    d, suite = _bricks(models.residual()[0])
+    weights = {"m": {e.signature: e.count("m") for e in suite.entries}}
+    bricks = [
+        campaign.ChainedBrick(e.signature, functools.partial(e.brick.build, 1))
+        for e in suite.entries
+    ]
+    links = max(1, len(bricks) // 2)
+    options = timing.TimingOptions(
+        min_samples=4, max_samples=8, max_seconds=2.0, chain_links=links
+    )
+    committed = []
+    rounds = []
+    summary = campaign.time_chains(
+        bricks,
+        SETTINGS,
+        options,
+        weights=weights,
+        between=lambda: rounds.append(1),
+        on_result=lambda key, result: committed.append((key, result)),
+        check_settings=CHECKED,
+    )
+    assert [k for k, _ in committed] == [b.key for b in bricks]
+    assert summary.timed == tuple(b.key for b in bricks)
+    assert summary.chains == -(-len(bricks) // links)
+    assert len(rounds) >= 4 * summary.chains
+    results = dict(committed)
+    est = estimate_lib.estimate(d, results, "sequential")
+    assert 0 < est.ms < float("inf")
+
+
+def test_a_stop_request_keeps_the_chains_already_committed():
+    _, suite = _bricks(models.residual()[0])
+    bricks = [
+        campaign.ChainedBrick(e.signature, functools.partial(e.brick.build, 1))
+        for e in suite.entries
+    ]
+    committed = []
+    asked = []
+
+    def stop():  # Asked while building the second chain's first brick.
+        asked.append(1)
+        return len(committed) > 0
+
+    options = timing.TimingOptions(
+        min_samples=3, max_samples=3, max_seconds=2.0, chain_links=2
+    )
+    summary = campaign.time_chains(
+        bricks,
+        SETTINGS,
+        options,
+        on_result=lambda key, result: committed.append(key),
+        stop=stop,
+        check_settings=CHECKED,
+    )
+    assert summary.stopped
+    assert committed == [b.key for b in bricks[:2]]
+    assert summary.timed == tuple(committed)
+
+
+def test_shuffled_order_is_a_seeded_permutation():
+    bricks = [campaign.ChainedBrick(str(i), lambda: None) for i in range(20)]
+    a = campaign.ordered(bricks, "shuffled", seed=1)
+    assert sorted(b.key for b in a) == sorted(b.key for b in bricks)
+    assert a == campaign.ordered(bricks, "shuffled", seed=1)
+    assert a != bricks
+    assert campaign.ordered(bricks, "model") == bricks
+    with pytest.raises(ValueError, match="order"):
+        campaign.ordered(bricks, "random")
+
+
+def test_chain_inputs_are_placeholders_so_weightless_bricks_run():
+    # A ReLU brick has no weights: were its input a constant, grappler
+    # would fold it away and its link would time nothing but the stamps.
+    x = keras.Input((128, 128, 16))
+    relu = keras.Model(x, keras.layers.ReLU()(x))
+    timer = chain.ChainTimer([("relu", relu)], SETTINGS, check_settings=False)
+    for _ in range(6):
+        timer.sample()
+    raw = sorted(timer._samples[0])
+    assert raw[len(raw) // 2] > timer.link_ms
+
+
+def test_time_suite_in_chains_stores_skips_and_keeps_protocols_apart(
+    tmp_path,
+):
+    from dlbricks_tf import bench
+    from dlbricks_tf.fingerprint import system_fingerprint
+    from dlbricks_tf.store import Store
+
+    d, suite = _bricks(models.residual()[0], granularity=2)
+    fp = system_fingerprint()
+    loop = settings_lib.RunSettings(
+        1, 1, 1, onednn=SETTINGS.onednn, protocol="loop"
+    )
+    with Store(tmp_path / "s.sqlite") as store:
+        first = bench.time_suite(
+            suite, store, SETTINGS, fp, FAST, check_settings=CHECKED
+        )
+        assert set(first.timed) == set(suite.signatures)
+        again = bench.time_suite(
+            suite, store, SETTINGS, fp, FAST, check_settings=CHECKED
+        )
+        # Only what was flagged noisy is timed again.
+        assert set(again.timed) == set(first.noisy)
+        assert set(again.skipped) == set(first.timed) - set(first.noisy)
+        # Chain results never stand in for loop ones, nor the reverse.
+        assert set(store.missing(suite.signatures, loop, fp)) == set(
+            suite.signatures
+        )
+        chained = store.results(SETTINGS, fp)
+    est = estimate_lib.estimate(d, chained, "sequential")
+    assert 0 < est.ms < float("inf")
+
+
+def test_a_killed_chain_loses_only_its_own_samples(tmp_path):
+    import os
+    import signal
+    import subprocess
+    import sys
+    import textwrap
+
+    from dlbricks_tf.store import Store
+
+    db = tmp_path / "s.sqlite"
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    script = textwrap.dedent(
+        f"""
+        import os, signal, sys
+        sys.path.insert(0, {root!r})
+        from dlbricks_tf import settings as settings_lib
+        settings_lib.configure_threads(1, 1)
+        import dlbricks_tf
+        from dlbricks_tf import bench, suite, timing
+        from dlbricks_tf.fingerprint import system_fingerprint
+        from dlbricks_tf.store import Store
+        from tests import models
+        d = dlbricks_tf.decompose(models.residual()[0], granularity=1)
+        s = suite.build_suite({{"m": d}})
+        settings = settings_lib.RunSettings(
+            1, 1, 1, onednn=settings_lib.onednn_enabled())
+        options = timing.TimingOptions(
+            min_samples=3, max_samples=3, chain_links=2)
+        n = []
+        def killed(signature, result):
+            n.append(signature)
+            if len(n) == 2:  # The first chain is committed: die.
+                print("COMMITTED", len(s), flush=True)
+                os.kill(os.getpid(), signal.SIGKILL)
+        with Store({str(db)!r}) as store:
+            bench.time_suite(s, store, settings, system_fingerprint(),
+                             options, on_result=killed)
+        """
+    )
+    run = subprocess.run(
+        [sys.executable, "-c", script],
+        capture_output=True,
+        text=True,
+        cwd=root,
+        timeout=300,
+    )
+    assert run.returncode == -signal.SIGKILL, run.stderr[-2000:]
+    assert "COMMITTED" in run.stdout
+    total = int(run.stdout.split()[-1])
+    assert total > 2
+    with Store(db) as store:
+        stored = store.rows("brick")
+    # The kill came after the first chain's second commit: both rows of
+    # that chain are there, nothing of the next chain.
+    assert len(stored) == 2

@@ -1,0 +1,67 @@
+"""Tests for dlbricks_tf/precision.py (no TensorFlow)."""
+
+import math
+
+from dlbricks_tf import precision
+from dlbricks_tf.stats import summarize
+
+
+def _spread(center: float, width: float, n: int = 21) -> list[float]:
+    """n samples evenly spread over center +- width."""
+    return [center - width + 2 * width * i / (n - 1) for i in range(n)]
+
+
+def test_half_width_of_a_known_spread_and_of_too_few_samples():
+    samples = _spread(10.0, 1.0)
+    ordered = sorted(samples)
+    lo, hi = precision.stats.median_ci_ranks(len(ordered))
+    assert precision.half_width(samples) == max(
+        10.0 - ordered[lo], ordered[hi] - 10.0
+    )
+    assert precision.half_width([1.0]) == math.inf
+
+
+def test_a_tiny_imprecise_brick_does_not_hold_a_model_back():
+    # A 10 ms brick known to +-0.5% and a 0.01 ms brick known to +-50%:
+    # the model's estimate (10.01 ms) is known far better than 2%.
+    samples = {"big": _spread(10.0, 0.05), "tiny": _spread(0.01, 0.005)}
+    settled, holding = precision.chain_verdict(
+        samples, {"m": {"big": 1, "tiny": 1}}, {}, 0.02
+    )
+    assert settled and not holding
+
+
+def test_the_brick_that_keeps_a_model_from_its_target_is_named():
+    samples = {"a": _spread(5.0, 2.0), "b": _spread(5.0, 0.01)}
+    settled, holding = precision.chain_verdict(
+        samples, {"m": {"a": 1, "b": 1}}, {}, 0.02
+    )
+    assert not settled
+    assert holding == {"a"}
+
+
+def test_counts_weigh_and_known_bricks_widen_the_budget():
+    samples = {"a": _spread(1.0, 0.05)}
+    # Alone, a is 100% of the model: +-5% misses 2%.
+    assert not precision.chain_verdict(samples, {"m": {"a": 1}}, {}, 0.02)[0]
+    # Beside 99 ms already timed, a is 1% of the model: its share of the
+    # budget is 0.02^2 * 100 * 1, more than its (5% of 1 ms)^2.
+    weights = {"m": {"a": 1, "old": 1}}
+    assert precision.chain_verdict(samples, weights, {"old": 99.0}, 0.02)[0]
+
+
+def test_bricks_of_no_model_are_held_to_the_chain_sum():
+    samples = {"a": _spread(1.0, 0.001), "b": _spread(1.0, 0.5)}
+    settled, holding = precision.chain_verdict(samples, {}, {}, 0.02)
+    assert not settled and holding == {"b"}
+    settled, _ = precision.chain_verdict(samples, {}, {}, 0.5)
+    assert settled
+
+
+def test_estimate_precision_adds_half_widths_in_quadrature():
+    a = summarize(_spread(3.0, 0.3), noisy=False)
+    b = summarize(_spread(4.0, 0.4), noisy=False)
+    ha, hb = precision.timing_half_width(a), precision.timing_half_width(b)
+    got = precision.estimate_precision({"a": 2, "b": 1}, {"a": a, "b": b})
+    want = math.sqrt((2 * ha) ** 2 + hb**2) / (2 * 3.0 + 4.0)
+    assert math.isclose(got, want)
