@@ -130,8 +130,11 @@ class ChainTimer:
                 raise MeasurementError(f"Brick {key}: {e}") from e
             specs.append(model_specs)
             arrays.append(values)
-        self._inputs = [tf.constant(a) for values in arrays for a in values]
-        self._inputs.append(tf.zeros([], tf.float32))  # The empty links'.
+        # An outer dimension of 1: see `_chain_function`.
+        self._inputs = [
+            tf.constant(a[np.newaxis]) for values in arrays for a in values
+        ]
+        self._inputs.append(tf.zeros([1], tf.float32))  # The empty links'.
         self._run = _chain_function([m for _, m in bricks], specs, self._layout)
         self._n = 0
         self._samples: list[list[float]] = [[] for _ in bricks]
@@ -250,16 +253,17 @@ def _chain_function(
     """Returns f(inputs, n) -> per-link durations summed over n iterations.
 
     `inputs` is the flat list of every brick's inputs, in chain order, then
-    one float32 scalar for the empty links. The result is float64 seconds,
-    one entry per link of `layout`.
+    one float32 for the empty links, each with an outer dimension of 1
+    (the slice that orders a link after its stamp). The result is float64
+    seconds, one entry per link of `layout`.
     """
     signature = [
         [
-            tf.TensorSpec(shape, dtype)
+            tf.TensorSpec((1, *shape), dtype)
             for model_specs in specs
             for shape, dtype in model_specs
         ]
-        + [tf.TensorSpec([], tf.float32)],
+        + [tf.TensorSpec([1], tf.float32)],
         tf.TensorSpec([], tf.int32),
     ]
     offsets = np.cumsum([0] + [len(s) for s in specs]).tolist()
@@ -292,13 +296,20 @@ def _chain_function(
                 with tf.control_dependencies(flat):
                     start = tf.timestamp()
                 acc = acc + _zero_after(start)
+                # The link starts after its stamp. Only a slice of each
+                # input carries that edge: a control edge on the brick's
+                # own ops (or on an Identity, which grappler removes and
+                # whose edges it moves onto them) keeps grappler from
+                # fusing them (Sigmoid and Mul into Swish), as it fuses
+                # them in a model.
                 with tf.control_dependencies([acc]):
-                    if owner is None:
-                        outputs = [flat[0] + acc]
-                    else:
-                        outputs = tf.nest.flatten(
-                            model(pack_inputs(model, flat), training=False)
-                        )
+                    flat = [x[0] for x in flat]
+                if owner is None:
+                    outputs = [flat[0] + 1.0]
+                else:
+                    outputs = tf.nest.flatten(
+                        model(pack_inputs(model, flat), training=False)
+                    )
                 for y in outputs:
                     acc = acc + tf.cast(tf.reshape(y, [-1])[0], tf.float32)
                 with tf.control_dependencies([acc]):
