@@ -273,10 +273,10 @@ def _chain_function(
         scalar = inputs[-1]
 
         def body(i, acc, sums):
-            # Grappler turns an op whose outputs feed only control edges
-            # into a NoOp, so the order is kept by data: every stamp is
-            # added to the accumulator (as 0), and one element of every
-            # output is added to it before the next stamp is read.
+            # Grappler turns a stateless op whose outputs feed only control
+            # edges into a NoOp, so a brick's outputs are consumed by data:
+            # one element of each is added to the accumulator before the
+            # stamp that ends its link is read.
             with tf.control_dependencies([acc]):
                 stamp = tf.timestamp()
             stamps = []
@@ -284,7 +284,8 @@ def _chain_function(
                 # Untimed, between the previous link's end and this one's
                 # start: write the link's inputs afresh, as the layer
                 # before it would in a model (hot in cache, weights not).
-                zero = _zero_after(stamp)
+                # They depend on the previous stamp by data.
+                zero = tf.cast(tf.math.is_nan(stamp), tf.float32)
                 if owner is None:
                     flat = [scalar + zero]
                 else:
@@ -295,14 +296,13 @@ def _chain_function(
                     ]
                 with tf.control_dependencies(flat):
                     start = tf.timestamp()
-                acc = acc + _zero_after(start)
                 # The link starts after its stamp. Only a slice of each
                 # input carries that edge: a control edge on the brick's
                 # own ops (or on an Identity, which grappler removes and
                 # whose edges it moves onto them) keeps grappler from
                 # fusing them (Sigmoid and Mul into Swish), as it fuses
                 # them in a model.
-                with tf.control_dependencies([acc]):
+                with tf.control_dependencies([start]):
                     flat = [x[0] for x in flat]
                 if owner is None:
                     outputs = [flat[0] + 1.0]
@@ -311,12 +311,15 @@ def _chain_function(
                         model(pack_inputs(model, flat), training=False)
                     )
                 for y in outputs:
-                    acc = acc + tf.cast(tf.reshape(y, [-1])[0], tf.float32)
+                    first = y[(0,) * len(y.shape)]
+                    if first.dtype != tf.float32:
+                        first = tf.cast(first, tf.float32)
+                    acc = acc + first
                 with tf.control_dependencies([acc]):
                     stamp = tf.timestamp()
-                acc = acc + _zero_after(stamp)
-                stamps.append(stamp - start)
-            return i + 1, acc, sums + tf.stack(stamps)
+                stamps += [start, stamp]
+            stamps = tf.stack(stamps)
+            return i + 1, acc, sums + (stamps[1::2] - stamps[0::2])
 
         _, _, sums = tf.while_loop(
             lambda i, acc, sums: i < n,
@@ -334,12 +337,11 @@ def _chain_function(
 
 
 def _plus(x: tf.Tensor, zero: tf.Tensor) -> tf.Tensor:
-    """A fresh copy of `x` that data-depends on `zero` (a run-time 0.0)."""
+    """A fresh copy of `x` that data-depends on `zero`.
+
+    `zero` is 0.0 computed from a timestamp: no optimiser can prove a
+    timestamp is not NaN, so the copy is never folded away.
+    """
     if x.dtype == tf.bool:
         return tf.logical_or(x, tf.cast(zero, tf.bool))
-    return x + tf.cast(zero, x.dtype)
-
-
-def _zero_after(stamp: tf.Tensor) -> tf.Tensor:
-    """0.0 computed from `stamp` (no optimiser can prove it is not NaN)."""
-    return tf.cast(tf.math.is_nan(stamp), tf.float32)
+    return x + (zero if x.dtype == tf.float32 else tf.cast(zero, x.dtype))
