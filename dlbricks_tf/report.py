@@ -32,24 +32,31 @@ def _g(row: Mapping[str, Any]) -> str:
 def format_report(report: Mapping[str, Any]) -> str:
     """The per-model and per-G tables of a report, as Markdown.
 
-    A `setup s` column is added when the corpus rows carry
+    An `estimate +-%` column (the relative half-width the bricks' 95%
+    intervals leave each estimate) is added when the rows carry
+    `estimate_precision`, a `setup s` column when the corpus rows carry
     `campaign_setup_s` (the part of the campaign no sampling cap shortens),
     a `repeat diff` column when they carry `repeat_median_rel_diff`
     (benchmarks/accuracy.py's recheck); rows of
     fused decompositions (`"split": "fused"`) show G as "1 fused".
     """
+    precise = any("estimate_precision" in r for r in report["runs"])
     lines = [
         "| model | G | measured ms | sequential ms | parallel ms "
-        "| normalized | normalized (min) |",
-        "|---|---:|---:|---:|---:|---:|---:|",
+        "| normalized | normalized (min) |" + (" estimate +-% |" * precise),
+        "|---|---:|---:|---:|---:|---:|---:|" + ("---:|" * precise),
     ]
     for r in report["runs"]:
-        lines.append(
+        line = (
             f"| {r['model']} | {_g(r)} | {_f(r['measured_ms'])} "
             f"| {_f(r['estimated_ms'])} | {_f(r['estimated_parallel_ms'])} "
             f"| {_f(r['normalized'])} "
             f"| {_f(r.get('normalized_min', math.nan))} |"
         )
+        if precise:
+            width = r.get("estimate_precision")
+            line += f" {_f(None if width is None else 100 * width, 1)} |"
+        lines.append(line)
     repeat = any("repeat_median_rel_diff" in c for c in report["corpus"])
     setup = any("campaign_setup_s" in c for c in report["corpus"])
     header = (
@@ -175,8 +182,10 @@ def format_noisy(rows: Sequence[Mapping[str, Any]]) -> str:
     if not flagged:
         return ""
     return (
-        f"Noisy: {'; '.join(flagged)}: these timings never settled within "
-        "the sampling caps (bricks were measured twice), so the figures "
-        "above rest on them. They are retimed by the next run; a quieter "
-        "machine or larger --max_seconds/--brick_max_seconds help."
+        f"Noisy: {'; '.join(flagged)}: these timings did not reach their "
+        "precision within the sampling caps (a chained brick is flagged "
+        "when it keeps a model's estimate from --precision; a looped one "
+        "was measured twice), so the figures above rest on them. They are "
+        "retimed by the next run; a quieter machine or larger "
+        "--max_seconds help."
     )
