@@ -218,6 +218,7 @@ def test_bench_rotates_input_and_weight_copies(files, tmp_path):
         f"--db={db}",
         "--input_copies=3",
         "--weight_copies=2",
+        "--protocol=loop",  # Copies are the loop protocol's.
         *FAST,
     )
     assert proc.returncode == 0, proc.stderr

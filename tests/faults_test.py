@@ -88,6 +88,8 @@ def _start_bench(model: str, db: Path, log: Path) -> subprocess.Popen:
                     "bench",
                     f"--models={model}",
                     f"--db={db}",
+                    # Several chains, so that a stop falls between commits.
+                    "--chain_links=6",
                     *FAST,
                 ],
                 cwd=ROOT,
@@ -159,7 +161,7 @@ def _stop_message(err: Path, name: str) -> int:
     lines = err.read_text().splitlines()
     assert len(lines) == 1, lines
     match = re.fullmatch(
-        rf"dlbricks: error: Stopped by {name} after the brick in flight: "
+        rf"dlbricks: error: Stopped by {name} after the chain in flight: "
         r"(\d+) brick\(s\) timed and stored at G=1, \d+ left; run the same "
         r"command again to resume\.",
         lines[0],
@@ -300,18 +302,20 @@ def test_run_path_remeasures_noisy_bricks_in_its_rounds(tmp_path):
         NEVER_SETTLES, precision=1.0, absolute_precision_ms=1e9
     )
     fp = system_fingerprint()
+    # Re-measuring a brick is the loop protocol's way; chains flag instead.
+    looped = dataclasses.replace(SETTINGS, protocol="loop")
     with Store(tmp_path / "s.sqlite") as store:
         result = job.run_granularity(
             sources,
             2,
-            SETTINGS,
+            looped,
             fp,
             store,
             settled,
             NEVER_SETTLES,
             check_settings=checked,
         )
-        stored = store.results(SETTINGS, fp)
+        stored = store.results(looped, fp)
     signatures = result.suite.signatures
     assert sorted(result.remeasured) == sorted(signatures)
     assert all(stored[s].noisy for s in signatures)

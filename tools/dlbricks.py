@@ -185,7 +185,8 @@ _TARGET_MS = flags.DEFINE_float(
 _WEIGHT_COPIES = flags.DEFINE_integer(
     "weight_copies",
     1,
-    "Fresh copies of each brick the timing loop rotates through.",
+    "Fresh copies of each brick the timing loop rotates through "
+    "(--protocol=loop; in a chain every brick runs once per iteration).",
     lower_bound=1,
 )
 _INPUT_COPIES = flags.DEFINE_integer(
@@ -193,7 +194,8 @@ _INPUT_COPIES = flags.DEFINE_integer(
     1,
     "Random inputs each brick's timing loop rotates through, so a call "
     "does not find its input left in cache by the previous one (inside a "
-    "whole model it was just written by another layer).",
+    "whole model it was just written by another layer). --protocol=loop; "
+    "a chain writes each brick's input afresh before its link.",
     lower_bound=1,
 )
 _RETIME = flags.DEFINE_bool(
@@ -572,7 +574,8 @@ def _cmd_bench(sources, gs, safe_mode) -> None:
     settings = _start_tensorflow(_INTRA.value, _INTER.value, _BATCH.value)
     _, brick_options = _timing_options()
     fp = system_fingerprint()
-    # SIGINT/SIGTERM: finish and commit the brick in flight, then stop.
+    # SIGINT/SIGTERM: finish and commit the chain (or brick) in flight,
+    # then stop.
     with _open_store(db) as store, bench.StopSignals() as stop:
         for g in gs:
             s = suite.build_suite(
@@ -661,8 +664,10 @@ def _time_suite(
         flush=True,
     )
     if summary.stopped:
+        chained = settings.protocol == "chain" and measure is None
+        unit = "chain" if chained else "brick"
         raise _Fail(
-            f"Stopped by {stop.name} after the brick in flight: "
+            f"Stopped by {stop.name} after the {unit} in flight: "
             f"{len(summary.timed)} brick(s) timed and stored at {label}, "
             f"{len(todo) - len(summary.timed)} left; run the same command "
             "again to resume.",
