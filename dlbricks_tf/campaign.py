@@ -17,7 +17,7 @@ model there, so bricks and model are measured close together in time.
 Order: by default bricks are chained in the order they come (the models'
 topological order, as a model runs them); `chain_order="shuffled"`
 chains them in a seeded random order, so that no brick runs after its
-model neighbour (`benchmarks/chain_order.py` compares the two).
+model neighbour (`benchmarks.accuracy --chain_order=...` compares them).
 
 Example:
     summary = time_chains(
