@@ -438,6 +438,7 @@ def run_granularity(
         "split": split_name(fuse),
         "campaign_wall_s": clock["campaign"],
         "campaign_setup_s": clock["setup"],
+        "bricks_timed": total - len(sources),
         "end_to_end_wall_s": clock["end_to_end"],
         "unique_bricks": len(suite),
         "total_bricks": suite.total_bricks,

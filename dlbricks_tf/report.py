@@ -65,7 +65,10 @@ def format_report(report: Mapping[str, Any]) -> str:
     )
     rule = "|---:|---:|---:|---:|---:|---:|---:|---:|"
     if setup:
-        header, rule = header + " setup s |", rule + "---:|"
+        header, rule = (
+            header + " setup s | setup ms/brick |",
+            rule + "---:|---:|",
+        )
     if repeat:
         header, rule = header + " repeat diff |", rule + "---:|"
     lines += ["", header, rule]
@@ -79,7 +82,15 @@ def format_report(report: Mapping[str, Any]) -> str:
             f"| {_f(c['end_to_end_wall_s'], 1)} |"
         )
         if setup:
-            line += f" {_f(c.get('campaign_setup_s'), 1)} |"
+            timed = c.get("bricks_timed")
+            per_brick = (
+                1e3 * c["campaign_setup_s"] / timed
+                if timed and c.get("campaign_setup_s") is not None
+                else None
+            )
+            line += (
+                f" {_f(c.get('campaign_setup_s'), 1)} | {_f(per_brick, 1)} |"
+            )
         if repeat:
             line += f" {_f(c.get('repeat_median_rel_diff'))} |"
         lines.append(line)

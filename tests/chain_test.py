@@ -252,3 +252,7 @@ def test_a_killed_chain_loses_only_its_own_samples(tmp_path):
     # The kill came after the first chain's second commit: both rows of
     # that chain are there, nothing of the next chain.
     assert len(stored) == 2
+
+
+if __name__ == "__main__":
+    raise SystemExit(pytest.main([__file__, "-q"]))

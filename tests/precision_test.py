@@ -2,6 +2,8 @@
 
 import math
 
+import pytest
+
 from dlbricks_tf import precision
 from dlbricks_tf.stats import summarize
 
@@ -65,3 +67,7 @@ def test_estimate_precision_adds_half_widths_in_quadrature():
     got = precision.estimate_precision({"a": 2, "b": 1}, {"a": a, "b": b})
     want = math.sqrt((2 * ha) ** 2 + hb**2) / (2 * 3.0 + 4.0)
     assert math.isclose(got, want)
+
+
+if __name__ == "__main__":
+    raise SystemExit(pytest.main([__file__, "-q"]))

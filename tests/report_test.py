@@ -64,12 +64,23 @@ def test_format_report_adds_the_setup_column_before_repeat():
         {
             **REPORT["corpus"][0],
             "campaign_setup_s": 6.25,
+            "bricks_timed": 250,
             "repeat_median_rel_diff": 0.0123,
         }
     ]
     lines = report.format_report({**REPORT, "corpus": corpus}).splitlines()
-    assert lines[-3].endswith("| end-to-end s | setup s | repeat diff |")
-    assert lines[-1].endswith("| 10.0 | 20.0 | 6.2 | 0.012 |")
+    assert lines[-3].endswith(
+        "| end-to-end s | setup s | setup ms/brick | repeat diff |"
+    )
+    # 6.25 s over 250 bricks: 25 ms a brick.
+    assert lines[-1].endswith("| 10.0 | 20.0 | 6.2 | 25.0 | 0.012 |")
+
+
+def test_format_report_adds_each_models_estimate_precision():
+    runs = [{**REPORT["runs"][0], "estimate_precision": 0.0123}]
+    lines = report.format_report({**REPORT, "runs": runs}).splitlines()
+    assert lines[0].endswith("| normalized (min) | estimate +-% |")
+    assert lines[2].endswith("| 1.2 |")
 
 
 def test_format_decompositions_lists_bricks_and_counts():
