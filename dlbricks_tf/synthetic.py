@@ -3,9 +3,10 @@
 A brick or model is timed on random data, but the data must be data the
 model accepts: integer ids fed to an `Embedding` stay below its
 `input_dim` (an out-of-range id fails on CPU), masks are 0/1, floats are
-standard normal. The id bound of each integer input is found by following
-the model's graph from the input through integer-valued tensors to the
-layers that consume them as indices (also inside nested models).
+standard normal (a large input repeats a block of 65,536 draws). The id
+bound of each integer input is found by following the model's graph from
+the input through integer-valued tensors to the layers that consume them
+as indices (also inside nested models).
 
 Where the graph is not at hand (an ONNX file, a SavedModel behind
 `keras.layers.TFSMLayer`, whose graph hides its Embeddings),
@@ -21,6 +22,7 @@ Example:
 from __future__ import annotations
 
 import collections
+import math
 from collections.abc import Sequence
 from typing import Any
 
@@ -297,6 +299,10 @@ def _dtype_name(dtype: Any, index: int) -> str:
     return name
 
 
+# Normal draws per synthetic float input, at most (then repeated).
+_BLOCK = 1 << 16
+
+
 def _random_array(
     rng: np.random.Generator,
     shape: Sequence[int],
@@ -311,12 +317,17 @@ def _random_array(
         high = min(high, int(np.iinfo(np.dtype(dtype)).max) + 1)
         return rng.integers(0, max(high, 1), size=shape).astype(dtype)
     if dtype.startswith(("float", "bfloat")):
-        values = rng.standard_normal(size=shape).astype(np.float32)
+        # Drawing millions of normal values took most of the time of
+        # preparing a chain's inputs: a large input repeats a block of
+        # draws (values, not their order, are what timing needs).
+        size = math.prod(shape)
+        block = rng.standard_normal(size=min(size, _BLOCK), dtype=np.float32)
+        values = np.resize(block, size).reshape(shape)
         if dtype == "bfloat16":
             import ml_dtypes  # Shipped with TensorFlow and JAX.
 
             return values.astype(ml_dtypes.bfloat16)
-        return values.astype(dtype)
+        return values.astype(dtype, copy=False)
     raise ValueError(
         f"Cannot make synthetic inputs of dtype {dtype!r} for model "
         f"{model_name!r}; supported: float*, bfloat16, int*, uint*, bool."
