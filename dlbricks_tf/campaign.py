@@ -47,6 +47,8 @@ from dlbricks_tf.timing import TimingOptions
 # it alone): bounds the campaign's memory whatever the corpus.
 MAX_CHAIN_BYTES = 512 * 2**20
 ORDERS = ("model", "shuffled")
+# Errors that are no brick's fault: they stop the campaign, never a brick.
+_NOT_A_BRICK_FAULT = (settings_lib.ThreadPoolError, KeyboardInterrupt)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -76,6 +78,7 @@ class CampaignSummary:
         setup_s: Seconds building, tracing and warming up the chains.
         sampling_s: Seconds in calls that took samples.
         stopped: Whether `stop` ended the campaign early.
+        failed: Keys handed to `on_failure` (not built or not timed).
     """
 
     timed: tuple[str, ...]
@@ -84,6 +87,7 @@ class CampaignSummary:
     setup_s: float
     sampling_s: float
     stopped: bool = False
+    failed: tuple[str, ...] = ()
 
 
 def ordered(
@@ -122,6 +126,7 @@ def time_chains(
     on_result: Callable[[str, Timing], None] | None = None,
     stop: Callable[[], bool] | None = None,
     check_settings: bool = True,
+    on_failure: Callable[[str, BaseException], None] | None = None,
 ) -> CampaignSummary:
     """Times bricks in chains; hands each result to `on_result`.
 
@@ -140,12 +145,17 @@ def time_chains(
         stop: Asked every round; True ends the chain in flight (committed
             if it has `min_samples` samples) and the campaign.
         check_settings: Verify `settings` against the process first.
+        on_failure: Called with (key, error) for a brick that cannot be
+            built or timed; the others are timed. A chain that fails is
+            halved until the brick at fault is alone. None: errors raise.
 
     Returns:
-        What was timed.
+        What was timed (and what failed).
 
     Raises:
-        MeasurementError: If a brick cannot be built into a chain or timed.
+        MeasurementError: If a brick cannot be built or timed and there is
+            no `on_failure`; ThreadPoolError if the settings are not in
+            force.
     """
     from dlbricks_tf.chain import ChainTimer
 
@@ -154,10 +164,28 @@ def time_chains(
     known_ms = {k: t.median_ms for k, t in (known or {}).items()}
     timed: list[str] = []
     noisy: list[str] = []
+    failed: list[str] = []
     clock = {"setup": 0.0, "sampling": 0.0, "chains": 0}
     stopped = False
 
     def run(chain_bricks: list[tuple[ChainedBrick, Any]]) -> bool:
+        """Times a chain; a chain that fails is halved until the bad brick
+        is alone, and that brick is handed to `on_failure`."""
+        if on_failure is None:
+            return run_chain(chain_bricks)
+        try:
+            return run_chain(chain_bricks)
+        except _NOT_A_BRICK_FAULT:
+            raise
+        except Exception as e:  # Keras and TF raise many types.
+            if len(chain_bricks) == 1:
+                on_failure(chain_bricks[0][0].key, e)
+                failed.append(chain_bricks[0][0].key)
+                return False
+        half = len(chain_bricks) // 2
+        return run(chain_bricks[:half]) or run(chain_bricks[half:])
+
+    def run_chain(chain_bricks: list[tuple[ChainedBrick, Any]]) -> bool:
         start = time.perf_counter()
         chain = ChainTimer(
             [(b.key, model) for b, model in chain_bricks],
@@ -216,8 +244,18 @@ def time_chains(
             stopped = True
             break
         start = time.perf_counter()
-        model = brick.build()
-        clock["setup"] += time.perf_counter() - start
+        try:
+            model = brick.build()
+        except _NOT_A_BRICK_FAULT:
+            raise
+        except Exception as e:  # Keras and TF raise many types.
+            if on_failure is None:
+                raise
+            on_failure(brick.key, e)
+            failed.append(brick.key)
+            continue
+        finally:
+            clock["setup"] += time.perf_counter() - start
         grow = _bytes(model, settings.batch_size)
         if pending and (
             len(pending) >= options.chain_links or size + grow > MAX_CHAIN_BYTES
@@ -238,4 +276,5 @@ def time_chains(
         setup_s=clock["setup"],
         sampling_s=clock["sampling"],
         stopped=stopped,
+        failed=tuple(failed),
     )
