@@ -572,15 +572,17 @@ def estimate_models(
         normalized when the store holds an end-to-end timing (else None).
 
     Raises:
-        MissingResultsError: A model has bricks without a timing.
+        MissingResultsError: A model has bricks without a timing (those
+            recorded as failed are named with their reasons).
     """
     from dlbricks_tf import estimate as estimate_lib
 
     results = store.results(settings, fingerprint)
+    failures = store.failures(settings, fingerprint)
     rows = []
     for source in sources:
         d = source.decompose(granularity, safe_mode, fuse)
-        est = estimate_lib.estimate(d, results, mode)
+        est = estimate_lib.estimate(d, results, mode, failures=failures)
         measured = store.get_model(source.name, settings, fingerprint)
         m = measured.median_ms if measured else None
         rows.append(

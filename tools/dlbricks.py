@@ -16,6 +16,9 @@ Commands:
              --backend=tf (SavedModels) or onnxruntime (ONNX files); only
              one shard of them with --shard_index/--num_shards or under
              Bazel sharding, a Slurm array or a Kubernetes Indexed Job.
+             A brick that cannot be loaded, built or timed is recorded
+             as failed in --db and the rest are timed (exit code 1; a
+             rerun tries it again).
   measure    time --models end to end into --db.
   estimate   estimate --models from the brick timings in --db
              (--mode=sequential or parallel); with --recipe=FILE,...
@@ -526,6 +529,7 @@ def _cmd_bench(sources, gs, safe_mode) -> None:
     _, brick_options = _timing_options()
     fp = system_fingerprint()
     # SIGINT/SIGTERM: finish and commit the brick in flight, then stop.
+    failed = []
     with _open_store(db) as store, bench.StopSignals() as stop:
         for g in gs:
             s = suite.build_suite(
@@ -535,9 +539,10 @@ def _cmd_bench(sources, gs, safe_mode) -> None:
             if shard.count > 1:
                 s, whole = s.shard(shard.index, shard.count), s
                 part = f"{len(s)} of the {len(whole)} unique bricks"
-            _time_suite(
+            failed += _time_suite(
                 f"G={g}", part, s, store, settings, fp, brick_options, stop
             )
+    _fail_if_any_failed(failed)
 
 
 def _bench_suite_dir(folder: str) -> None:
@@ -564,7 +569,7 @@ def _bench_suite_dir(folder: str) -> None:
         part = f"{len(suite)} of the suite's {part}"
     measure = suite_bench.measurer(settings, brick_options)
     with _open_store(db) as store, bench.StopSignals() as stop:
-        _time_suite(
+        failed = _time_suite(
             f"suite {folder} on {settings.backend}",
             part,
             suite,
@@ -575,12 +580,13 @@ def _bench_suite_dir(folder: str) -> None:
             stop,
             measure=measure,
         )
+    _fail_if_any_failed(failed)
 
 
 def _time_suite(
     label, part, s, store, settings, fp, options, stop, measure=None
-) -> None:
-    """Times what the store lacks of suite `s`, with progress and summary."""
+) -> tuple[tuple[str, str], ...]:
+    """Times what the store lacks of suite `s`; returns the failed bricks."""
     from dlbricks_tf import bench
 
     todo = store.missing(s.signatures, settings, fp)
@@ -588,6 +594,11 @@ def _time_suite(
     bar = _Progress(f"{label}: ")
     done = iter(range(1, len(todo) + 1))
     on_result = functools.partial(_bench_result, bar, done, len(todo))
+
+    def on_failure(signature: str, reason: str) -> None:
+        bar.log(f"{label}: brick {signature} failed: {reason}")
+        bar(signature, next(done), len(todo))
+
     summary = bench.time_suite(
         s,
         store,
@@ -597,9 +608,11 @@ def _time_suite(
         on_result=on_result,
         stop=stop,
         measure=measure,
+        on_failure=on_failure,
     )
     print(
-        f"{label}: timed {len(summary.timed)}, already stored "
+        f"{label}: timed {len(summary.timed)}, failed "
+        f"{len(summary.failed)}, already stored "
         f"{len(summary.skipped)}, noisy {len(summary.noisy)} "
         f"(re-measured {len(summary.remeasured)}), "
         f"{summary.wall_s:.1f} s; store {store.path} ({settings.key()})",
@@ -609,10 +622,27 @@ def _time_suite(
         raise _Fail(
             f"Stopped by {stop.name} after the brick in flight: "
             f"{len(summary.timed)} brick(s) timed and stored at {label}, "
-            f"{len(todo) - len(summary.timed)} left; run the same command "
+            f"{len(todo) - len(summary.timed) - len(summary.failed)} left; "
+            "run the same command "
             "again to resume.",
             128 + stop.received,
         )
+    return summary.failed
+
+
+def _fail_if_any_failed(failed) -> None:
+    """Ends bench with exit code 1 if any brick failed (all were tried)."""
+    if not failed:
+        return
+    shown = ", ".join(sig for sig, _ in failed[:5])
+    more = len(failed) - 5
+    raise _Fail(
+        f"{len(failed)} brick(s) could not be loaded, built or timed: "
+        f"{shown}{f' (+{more} more)' if more > 0 else ''}. They are recorded "
+        "as failed in the store with their reasons (printed above); every "
+        "other brick was timed. Run the same command again to retry them.",
+        1,
+    )
 
 
 def _shard():
@@ -714,8 +744,11 @@ def _estimate_recipes(paths: list[str]) -> None:
     rows = []
     with _open_store(db, must_exist=True) as store:
         results = store.results(settings, fp)
+        failures = store.failures(settings, fp)
         for r in recipes:
-            est = estimate_lib.estimate(r, results, _MODE.value)
+            est = estimate_lib.estimate(
+                r, results, _MODE.value, failures=failures
+            )
             measured = store.get_model(r.name, settings, fp)
             m = measured.median_ms if measured else None
             rows.append(
