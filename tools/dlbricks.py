@@ -875,11 +875,15 @@ def _cmd_export(sources, gs, safe_mode) -> None:
         f"there ({summary.wall_s:.1f} s); manifest {summary.manifest}"
     )
     if summary.no_onnx:
-        shown = ", ".join(summary.no_onnx[:5])
         print(
-            f"Without ONNX (tf2onnx cannot convert them): "
-            f"{len(summary.no_onnx)} brick(s): {shown}"
+            f"Without ONNX (written with onnx null; --backend=onnxruntime "
+            f"records them as failed): {len(summary.no_onnx)} brick(s):"
         )
+        pairs = list(zip(summary.no_onnx, summary.no_onnx_reasons, strict=True))
+        for signature, reason in pairs[:10]:
+            print(f"  {signature}: {reason}")
+        if len(pairs) > 10:
+            print(f"  ... and {len(pairs) - 10} more (see the manifest)")
     print(f"Recipes (private): {len(paths)} in {recipes_dir}")
     for path in paths:
         print(f"  {path}")
