@@ -83,9 +83,15 @@ class ModelSource:
             )
         except Exception as e:  # Keras raises many types for bad files.
             first = str(e).strip().splitlines()[0] if str(e).strip() else ""
+            hint = ""
+            if "Could not locate" in first:  # An unregistered custom class.
+                hint = (
+                    " Import the module that registers it first "
+                    "(--import=your.module on the command line)."
+                )
             raise ModelSourceError(
                 f"Cannot load model file {self.path!r}: "
-                f"{type(e).__name__}: {first}"
+                f"{type(e).__name__}: {first}{hint}"
             ) from e
 
     def decompose(

@@ -40,8 +40,10 @@ Commands:
 downloaded) and paths of .keras, .h5 or config .json files. --granularity
 takes one G or a list (a sweep). --fuse never cuts a convolution or dense
 layer from the BatchNormalization and activation TensorFlow fuses into it
-(G then counts such units); bench and estimate with the same --fuse. See
---helpfull for every flag.
+(G then counts such units); bench and estimate with the same --fuse.
+--import=mypkg.layers (repeatable) imports a module of yours before any
+model is read, so the layers it registers load from model files; it runs
+that module's code. See --helpfull for every flag.
 """
 
 from __future__ import annotations
@@ -192,6 +194,16 @@ _GRAPHS = flags.DEFINE_integer(
 )
 _LIST_BRICKS = flags.DEFINE_bool(
     "list_bricks", True, "decompose: list every brick, not only counts."
+)
+_IMPORT = flags.DEFINE_multi_string(
+    "import",
+    [],
+    "Python module to import before any model is read, e.g. "
+    "--import=mypkg.layers (repeat the flag for several), so that the "
+    "layers it registers with @keras.saving.register_keras_serializable "
+    "load from .keras, .h5 and .json files. This RUNS THAT MODULE'S CODE: "
+    "name only modules you trust. Searched on PYTHONPATH, then in the "
+    "working folder.",
 )
 _UNSAFE = flags.DEFINE_bool(
     "unsafe_deserialization",
@@ -935,7 +947,10 @@ def _cmd_analyze(sources, gs, safe_mode) -> None:
 
 
 def _main(argv: list[str]) -> None:
-    from dlbricks_tf import job
+    from dlbricks_tf import job, user_modules
+
+    # Before any model is read: the modules register the user's layers.
+    user_modules.import_modules(_IMPORT.value)
 
     command, *rest = argv[1:] or ["run"]
     if command not in COMMANDS:
