@@ -270,14 +270,21 @@ class Store:
         row = db.execute(
             "SELECT value FROM meta WHERE key = 'schema_version'"
         ).fetchone()
-        if row is not None:  # Checked again: another writer may be newer.
-            self._check_version(int(row[0]))
-        # An older store has just gained the tables it lacked (CREATE ... IF
-        # NOT EXISTS above, same transaction): it is now of this version.
-        db.execute(
-            "INSERT OR REPLACE INTO meta VALUES ('schema_version', ?)",
-            (str(SCHEMA_VERSION),),
-        )
+        if row is None:
+            db.execute(
+                "INSERT INTO meta VALUES ('schema_version', ?)",
+                (str(SCHEMA_VERSION),),
+            )
+            return
+        self._check_version(int(row[0]))  # Again: a writer may be newer.
+        if int(row[0]) < SCHEMA_VERSION:
+            # It has just gained the tables it lacked (CREATE ... IF NOT
+            # EXISTS above, same transaction): it is now of this version.
+            # A store already of this version is not written to at all.
+            db.execute(
+                "UPDATE meta SET value = ? WHERE key = 'schema_version'",
+                (str(SCHEMA_VERSION),),
+            )
 
     def _retry(self, work: Callable[[], _T]) -> _T:
         """Runs `work`, again after a back-off while the file is locked."""
