@@ -652,9 +652,9 @@ def _time_suite(
         on_failure=on_failure,
     )
     print(
-        f"{label}: timed {len(summary.timed)}, failed "
-        f"{len(summary.failed)}, already stored "
-        f"{len(summary.skipped)}, noisy {len(summary.noisy)} "
+        f"{label}: timed {len(summary.timed)}, already stored "
+        f"{len(summary.skipped)}, failed {len(summary.failed)}, "
+        f"noisy {len(summary.noisy)} "
         f"(re-measured {len(summary.remeasured)}), "
         f"{summary.wall_s:.1f} s; store {store.path} ({settings.key()})",
         flush=True,
