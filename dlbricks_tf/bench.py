@@ -14,6 +14,11 @@ stored flagged `noisy` (and a later run measures it again, see
 `Store.missing`). Chain protocol: a brick is flagged only when it keeps
 some model's estimate from its precision (`dlbricks_tf.precision`).
 
+A brick that cannot be loaded, built or timed (any error but the store's
+own) does not stop the suite: it is recorded as failed in the store, with
+its reason (`Store.put_failure`), and the rest of the suite is timed; the
+summary lists it, and a later run tries it again.
+
 `StopSignals` turns SIGINT and SIGTERM into a request to stop: the brick in
 flight is finished and committed, then `time_suite` returns with `stopped`
 set (a second signal acts at once, as without it).
@@ -35,12 +40,15 @@ from collections.abc import Callable, Iterable
 from types import FrameType
 from typing import Any
 
+from dlbricks_tf import errors, timing
 from dlbricks_tf import settings as settings_lib
-from dlbricks_tf import timing
 from dlbricks_tf.fingerprint import SystemFingerprint
 from dlbricks_tf.stats import Timing
-from dlbricks_tf.store import Store
+from dlbricks_tf.store import Store, StoreError
 from dlbricks_tf.suite import Suite
+
+# Longest failure reason kept (ONNX Runtime's messages can run long).
+_MAX_REASON = 500
 
 
 @dataclasses.dataclass(frozen=True)
@@ -57,6 +65,8 @@ class BenchSummary:
         wall_s: Wall-clock seconds spent, building bricks included.
         stopped: Whether a stop request ended the call before every
             missing brick was timed.
+        failed: (signature, reason) of each brick that could not be
+            loaded, built or timed; recorded in the store as failed.
     """
 
     timed: tuple[str, ...]
@@ -65,6 +75,7 @@ class BenchSummary:
     wall_s: float
     remeasured: tuple[str, ...] = ()
     stopped: bool = False
+    failed: tuple[tuple[str, str], ...] = ()
 
     @property
     def measurements(self) -> int:
@@ -103,6 +114,7 @@ def time_suite(
     stop: Callable[[], bool] | None = None,
     measure: Callable[[Any], Timing] | None = None,
     build: Callable[[Any], Any] | None = None,
+    on_failure: Callable[[str, str], None] | None = None,
 ) -> BenchSummary:
     """Times every brick of `suite` missing from `store`, committing each.
 
@@ -131,12 +143,13 @@ def time_suite(
         build: Under the chain protocol, returns an entry's runnable
             `keras.Model` (default: `entry.brick.build(batch_size)`; see
             `dlbricks_tf.suite_bench.builder`).
+        on_failure: Called with (signature, reason) after a brick that
+            could not be loaded, built or timed is recorded as failed.
 
     Returns:
-        What was timed and skipped.
+        What was timed, skipped and failed.
 
     Raises:
-        MeasurementError: If a brick cannot be timed under `settings`.
         StoreError: If a result cannot be written.
     """
     start = time.perf_counter()
@@ -176,7 +189,7 @@ def time_suite(
     )
     wanted = set(todo)
     skipped = tuple(s for s in suite.signatures if s not in wanted)
-    timed, noisy, remeasured = [], [], []
+    timed, noisy, remeasured, failed = [], [], [], []
     stopped = False
     for entry in suite.entries:
         if entry.signature not in wanted:
@@ -184,10 +197,20 @@ def time_suite(
         if stop is not None and stop():
             stopped = True
             break
-        result = measure(entry)
-        if result.noisy:  # Once more: the noise may have been a burst.
-            remeasured.append(entry.signature)
-            result = more_precise(result, measure(entry))
+        try:
+            result = measure(entry)
+            if result.noisy:  # Once more: the noise may have been a burst.
+                remeasured.append(entry.signature)
+                result = more_precise(result, measure(entry))
+        except StoreError:
+            raise
+        except Exception as e:  # Keras, TF and ORT raise many types.
+            reason = failure_reason(e)
+            store.put_failure(entry.signature, settings, fingerprint, reason)
+            failed.append((entry.signature, reason))
+            if on_failure is not None:
+                on_failure(entry.signature, reason)
+            continue
         store.put(entry.signature, settings, fingerprint, result)
         timed.append(entry.signature)
         if result.noisy:
@@ -201,6 +224,7 @@ def time_suite(
         wall_s=time.perf_counter() - start,
         remeasured=tuple(remeasured),
         stopped=stopped,
+        failed=tuple(failed),
     )
 
 
@@ -216,6 +240,7 @@ def _time_chained(
     on_result: Callable[[str, Timing], None] | None,
     stop: Callable[[], bool] | None,
     build: Callable[[Any], Any] | None,
+    on_failure: Callable[[str, str], None] | None,
 ) -> BenchSummary:
     """`time_suite` under the chain protocol: chains, committed per chain."""
     from dlbricks_tf import campaign
@@ -252,6 +277,17 @@ def _time_chained(
         if on_result is not None:
             on_result(signature, result)
 
+    failed: list[tuple[str, str]] = []
+
+    def fail(signature: str, error: BaseException) -> None:
+        if isinstance(error, StoreError):
+            raise error
+        reason = failure_reason(error)
+        store.put_failure(signature, settings, fingerprint, reason)
+        failed.append((signature, reason))
+        if on_failure is not None:
+            on_failure(signature, reason)
+
     summary = campaign.time_chains(
         campaign.ordered(bricks, options.chain_order, options.seed),
         settings,
@@ -261,6 +297,7 @@ def _time_chained(
         on_result=commit,
         stop=stop,
         check_settings=check_settings,
+        on_failure=fail,
     )
     return BenchSummary(
         timed=summary.timed,
@@ -268,7 +305,26 @@ def _time_chained(
         noisy=summary.noisy,
         wall_s=time.perf_counter() - start,
         stopped=summary.stopped,
+        failed=tuple(failed),
     )
+
+
+def failure_reason(error: BaseException) -> str:
+    """One line naming an error: its type and the first line of its text.
+
+    A project error (`dlbricks_tf.Error`) already says what to do, so its
+    text is kept whole (on one line). At most `_MAX_REASON` characters.
+    """
+    text = str(error).strip()
+    if isinstance(error, errors.Error):
+        reason = " ".join(text.split()) or type(error).__name__
+    else:
+        first = text.splitlines()[0].strip() if text else ""
+        reason = f"{type(error).__name__}: {first}" if first else ""
+        reason = reason or type(error).__name__
+    if len(reason) > _MAX_REASON:
+        reason = reason[: _MAX_REASON - 3] + "..."
+    return reason
 
 
 class StopSignals:
