@@ -165,6 +165,7 @@ def time_suite(
             on_result=on_result,
             stop=stop,
             build=build,
+            on_failure=on_failure,
         )
     if measure is None:
         last: dict[str, timing.Timer] = {}

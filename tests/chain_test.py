@@ -254,5 +254,46 @@ def test_a_killed_chain_loses_only_its_own_samples(tmp_path):
     assert len(stored) == 2
 
 
+def test_a_brick_that_cannot_be_built_or_traced_is_recorded_not_fatal(
+    tmp_path,
+):
+    from dlbricks_tf import bench
+    from dlbricks_tf.fingerprint import system_fingerprint
+    from dlbricks_tf.store import Store
+
+    _, suite = _bricks(models.residual()[0])
+    signatures = suite.signatures
+    unbuildable, untraceable = signatures[1], signatures[-1]
+
+    def build(entry):
+        if entry.signature == unbuildable:
+            raise ValueError("this brick's file is corrupt")
+        if entry.signature == untraceable:
+            # Builds, but its graph cannot run in a chain: an input of
+            # open shape.
+            x = keras.Input((None, 3))
+            return keras.Model(x, keras.layers.ReLU()(x))
+        return entry.brick.build(1)
+
+    fp = system_fingerprint()
+    with Store(tmp_path / "s.sqlite") as store:
+        summary = bench.time_suite(
+            suite,
+            store,
+            SETTINGS,
+            fp,
+            FAST,
+            check_settings=CHECKED,
+            build=build,
+        )
+        failures = store.failures(SETTINGS, fp)
+        stored = store.results(SETTINGS, fp, accept_noisy=True)
+    assert {s for s, _ in summary.failed} == {unbuildable, untraceable}
+    assert set(failures) == {unbuildable, untraceable}
+    assert "corrupt" in failures[unbuildable]
+    assert set(summary.timed) == set(signatures) - {unbuildable, untraceable}
+    assert set(stored) == set(summary.timed)
+
+
 if __name__ == "__main__":
     raise SystemExit(pytest.main([__file__, "-q"]))
