@@ -195,6 +195,49 @@ _UNSAFE = flags.DEFINE_bool(
     False,
     "Allow Lambda layers from model files (runs code from the file).",
 )
+# Limits on files from someone else (dlbricks_tf.limits); the defaults are
+# far above the largest keras.applications configs.
+_MAX_FILE_MB = flags.DEFINE_integer(
+    "max_file_mb",
+    64,
+    "Largest JSON document read from a file: a model config (.json, a "
+    ".keras archive's config.json, an .h5 file's model_config), a suite's "
+    "manifest, a recipe (MiB).",
+    lower_bound=1,
+)
+_MAX_MEMBER_MB = flags.DEFINE_integer(
+    "max_member_mb",
+    16384,
+    "Largest uncompressed member of a .keras archive, checked before it "
+    "is inflated (MiB).",
+    lower_bound=1,
+)
+_MAX_JSON_DEPTH = flags.DEFINE_integer(
+    "max_json_depth",
+    100,
+    "Deepest nesting of JSON arrays and objects read from a file.",
+    lower_bound=1,
+)
+_MAX_LAYERS = flags.DEFINE_integer(
+    "max_layers",
+    100_000,
+    "Most layers a model file may hold, nested models included.",
+    lower_bound=1,
+)
+_MAX_BRICKS = flags.DEFINE_integer(
+    "max_bricks",
+    100_000,
+    "Most bricks a suite manifest or a recipe may list.",
+    lower_bound=1,
+)
+_UNSAFE_SUITE = flags.DEFINE_bool(
+    "unsafe_suite",
+    False,
+    "bench --suite: run the suite's SavedModels and ONNX files without "
+    "first checking their graphs (only allow-listed ops, no external data "
+    "or symlink leaving the suite folder). Only for a suite you trust: a "
+    "SavedModel is a program, and running it can read or write files.",
+)
 _SUITE = flags.DEFINE_string(
     "suite",
     None,
@@ -897,8 +940,24 @@ def _cmd_analyze(sources, gs, safe_mode) -> None:
     print(f"TensorBoard: tensorboard --logdir {tb}", flush=True)
 
 
+def _set_limits() -> None:
+    from dlbricks_tf import limits
+
+    limits.set_limits(
+        limits.Limits(
+            file_bytes=_MAX_FILE_MB.value * limits.MIB,
+            member_bytes=_MAX_MEMBER_MB.value * limits.MIB,
+            json_depth=_MAX_JSON_DEPTH.value,
+            layers=_MAX_LAYERS.value,
+            bricks=_MAX_BRICKS.value,
+        )
+    )
+
+
 def _main(argv: list[str]) -> None:
     from dlbricks_tf import job
+
+    _set_limits()
 
     command, *rest = argv[1:] or ["run"]
     if command not in COMMANDS:
@@ -986,6 +1045,28 @@ def main(argv: list[str]) -> None:
             _exit(str(e), 1)
         except OSError as e:  # The machine's, not a bug: disk full, access.
             _exit(f"{e.filename or ''} {e.strerror or e}".strip(), 1)
+        except MemoryError as e:  # numpy's allocation errors derive from it.
+            _exit(f"Out of memory: {_first_line(e)}; {_SMALLER}", 1)
+        except Exception as e:
+            if not _is_resource_exhausted(e):
+                raise
+            _exit(
+                f"Out of memory in TensorFlow: {_first_line(e)}; {_SMALLER}", 1
+            )
+
+
+_SMALLER = "use a smaller --batch_size, or fewer copies (--input_copies)."
+
+
+def _first_line(e: BaseException) -> str:
+    text = str(e).strip()
+    return text.splitlines()[0] if text else type(e).__name__
+
+
+def _is_resource_exhausted(e: BaseException) -> bool:
+    """Whether `e` is TensorFlow's out-of-memory error (if TF is loaded)."""
+    tf = sys.modules.get("tensorflow")
+    return tf is not None and isinstance(e, tf.errors.ResourceExhaustedError)
 
 
 def _exit(message: str, code: int) -> None:
