@@ -10,6 +10,11 @@ machine) is measured once more, with fresh samples; if the second timing
 does not settle either, the more precise of the two is stored flagged
 `noisy` (and a later run measures it again, see `Store.missing`).
 
+A brick that cannot be loaded, built or timed (any error but the store's
+own) does not stop the suite: it is recorded as failed in the store, with
+its reason (`Store.put_failure`), and the rest of the suite is timed; the
+summary lists it, and a later run tries it again.
+
 `StopSignals` turns SIGINT and SIGTERM into a request to stop: the brick in
 flight is finished and committed, then `time_suite` returns with `stopped`
 set (a second signal acts at once, as without it).
@@ -30,12 +35,15 @@ from collections.abc import Callable, Iterable
 from types import FrameType
 from typing import Any
 
+from dlbricks_tf import errors, timing
 from dlbricks_tf import settings as settings_lib
-from dlbricks_tf import timing
 from dlbricks_tf.fingerprint import SystemFingerprint
 from dlbricks_tf.stats import Timing
-from dlbricks_tf.store import Store
+from dlbricks_tf.store import Store, StoreError
 from dlbricks_tf.suite import Suite
+
+# Longest failure reason kept (ONNX Runtime's messages can run long).
+_MAX_REASON = 500
 
 
 @dataclasses.dataclass(frozen=True)
@@ -52,6 +60,8 @@ class BenchSummary:
         wall_s: Wall-clock seconds spent, building bricks included.
         stopped: Whether a stop request ended the call before every
             missing brick was timed.
+        failed: (signature, reason) of each brick that could not be
+            loaded, built or timed; recorded in the store as failed.
     """
 
     timed: tuple[str, ...]
@@ -60,6 +70,7 @@ class BenchSummary:
     wall_s: float
     remeasured: tuple[str, ...] = ()
     stopped: bool = False
+    failed: tuple[tuple[str, str], ...] = ()
 
     @property
     def measurements(self) -> int:
@@ -97,6 +108,7 @@ def time_suite(
     on_result: Callable[[str, Timing], None] | None = None,
     stop: Callable[[], bool] | None = None,
     measure: Callable[[Any], Timing] | None = None,
+    on_failure: Callable[[str, str], None] | None = None,
 ) -> BenchSummary:
     """Times every brick of `suite` missing from `store`, committing each.
 
@@ -118,12 +130,13 @@ def time_suite(
             by default its brick is built and timed with `options` by
             `dlbricks_tf.timing.time_model` (see also
             `dlbricks_tf.suite_bench.measurer`).
+        on_failure: Called with (signature, reason) after a brick that
+            could not be loaded, built or timed is recorded as failed.
 
     Returns:
-        What was timed and skipped.
+        What was timed, skipped and failed.
 
     Raises:
-        MeasurementError: If a brick cannot be timed under `settings`.
         StoreError: If a result cannot be written.
     """
     start = time.perf_counter()
@@ -150,7 +163,7 @@ def time_suite(
     )
     wanted = set(todo)
     skipped = tuple(s for s in suite.signatures if s not in wanted)
-    timed, noisy, remeasured = [], [], []
+    timed, noisy, remeasured, failed = [], [], [], []
     stopped = False
     for entry in suite.entries:
         if entry.signature not in wanted:
@@ -158,10 +171,20 @@ def time_suite(
         if stop is not None and stop():
             stopped = True
             break
-        result = measure(entry)
-        if result.noisy:  # Once more: the noise may have been a burst.
-            remeasured.append(entry.signature)
-            result = more_precise(result, measure(entry))
+        try:
+            result = measure(entry)
+            if result.noisy:  # Once more: the noise may have been a burst.
+                remeasured.append(entry.signature)
+                result = more_precise(result, measure(entry))
+        except StoreError:
+            raise
+        except Exception as e:  # Keras, TF and ORT raise many types.
+            reason = failure_reason(e)
+            store.put_failure(entry.signature, settings, fingerprint, reason)
+            failed.append((entry.signature, reason))
+            if on_failure is not None:
+                on_failure(entry.signature, reason)
+            continue
         store.put(entry.signature, settings, fingerprint, result)
         timed.append(entry.signature)
         if result.noisy:
@@ -175,7 +198,26 @@ def time_suite(
         wall_s=time.perf_counter() - start,
         remeasured=tuple(remeasured),
         stopped=stopped,
+        failed=tuple(failed),
     )
+
+
+def failure_reason(error: BaseException) -> str:
+    """One line naming an error: its type and the first line of its text.
+
+    A project error (`dlbricks_tf.Error`) already says what to do, so its
+    text is kept whole (on one line). At most `_MAX_REASON` characters.
+    """
+    text = str(error).strip()
+    if isinstance(error, errors.Error):
+        reason = " ".join(text.split()) or type(error).__name__
+    else:
+        first = text.splitlines()[0].strip() if text else ""
+        reason = f"{type(error).__name__}: {first}" if first else ""
+        reason = reason or type(error).__name__
+    if len(reason) > _MAX_REASON:
+        reason = reason[: _MAX_REASON - 3] + "..."
+    return reason
 
 
 class StopSignals:

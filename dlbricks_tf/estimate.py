@@ -37,17 +37,45 @@ STATISTICS = {
 
 
 class MissingResultsError(errors.Error):
-    """Some bricks of a model have no timing."""
+    """Some bricks of a model have no timing.
 
-    def __init__(self, model: str, signatures: Sequence[str]) -> None:
+    Attributes:
+        model: The model's name.
+        signatures: Every brick without a timing, failed ones included.
+        failed: {signature: reason} of those recorded as failed.
+    """
+
+    def __init__(
+        self,
+        model: str,
+        signatures: Sequence[str],
+        failed: Mapping[str, str] | None = None,
+    ) -> None:
         self.model = model
         self.signatures = tuple(signatures)
-        shown = ", ".join(self.signatures[:10])
-        more = len(self.signatures) - 10
+        self.failed = {
+            s: r for s, r in (failed or {}).items() if s in self.signatures
+        }
+        untimed = [s for s in self.signatures if s not in self.failed]
+        parts = []
+        if untimed:
+            shown = ", ".join(untimed[:10])
+            more = len(untimed) - 10
+            parts.append(
+                f"{len(untimed)} brick(s) have no timing: {shown}"
+                f"{f' (+{more} more)' if more > 0 else ''}"
+            )
+        if self.failed:
+            items = list(self.failed.items())
+            shown = "; ".join(f"{s} ({r})" for s, r in items[:3])
+            more = len(items) - 3
+            parts.append(
+                f"{len(items)} brick(s) failed when timed: {shown}"
+                f"{f' (+{more} more)' if more > 0 else ''}"
+            )
         super().__init__(
-            f"Model {model!r}: {len(self.signatures)} brick(s) have no "
-            f"timing: {shown}{f' (+{more} more)' if more > 0 else ''}. "
-            "Time them first (they are listed by Store.missing)."
+            f"Model {model!r}: {'; '.join(parts)}. Time them first "
+            "(`dlbricks bench`; it tries failed bricks again)."
         )
 
 
@@ -96,6 +124,7 @@ def estimate(
     *,
     call_overhead_ms: float = 0.0,
     statistic: str = "median",
+    failures: Mapping[str, str] | None = None,
 ) -> Estimate:
     """Estimates a model's latency from its bricks' timings.
 
@@ -112,6 +141,8 @@ def estimate(
             of one `model(x)` call as a user sees it.
         statistic: "median" (default), "min" or "trimmed_mean" of each
             brick's timing; the bounds stay those of the median.
+        failures: {signature: reason} of bricks recorded as failed
+            (`Store.failures`), named apart if they have no timing.
 
     Returns:
         The estimate with its bounds.
@@ -129,7 +160,7 @@ def estimate(
     signatures = [b.signature for b in decomposition.bricks]
     missing = [s for s in dict.fromkeys(signatures) if s not in results]
     if missing:
-        raise MissingResultsError(decomposition.name, missing)
+        raise MissingResultsError(decomposition.name, missing, failures)
     timings = [results[s] for s in signatures]
     if mode == "sequential":
         combine = _sequential

@@ -11,8 +11,11 @@ weights, and written three ways under `<folder>/bricks/<signature>/`:
   it with a dict of inputs.
 * `brick.keras`: the Keras model.
 * `brick.onnx`: the model through tf2onnx (see `onnx_convert`), inputs
-  `input_i`, outputs renamed `output_i`. A brick that tf2onnx cannot convert
-  is still exported, with `onnx` null in its manifest entry.
+  `input_i`, outputs renamed `output_i`, checked before it is kept (ONNX
+  checker, an ONNX Runtime session, outputs equal to Keras's). A brick
+  that cannot be converted, or whose file fails a check, is still
+  exported, with `onnx` null in its manifest entry and the reason in
+  `onnx_error`.
 
 All three hold the same weights. `<folder>/manifest.json` lists every brick:
 its signature, number of layer calls, class names, input and output specs,
@@ -81,6 +84,7 @@ class ExportSummary:
         skipped: Signatures already complete in the folder, kept.
         no_onnx: Signatures tf2onnx could not convert (no `brick.onnx`).
         wall_s: Seconds spent.
+        no_onnx_reasons: Why, for each of `no_onnx`, in the same order.
     """
 
     folder: str
@@ -89,6 +93,7 @@ class ExportSummary:
     skipped: tuple[str, ...]
     no_onnx: tuple[str, ...]
     wall_s: float
+    no_onnx_reasons: tuple[str, ...] = ()
 
     @property
     def total(self) -> int:
@@ -164,7 +169,7 @@ def export_suite(
     _remove_stale_temporaries(bricks_dir, "")
     _remove_stale_temporaries(root, MANIFEST)
     entries = sorted(suite.entries, key=lambda e: e.signature)
-    records, written, skipped, no_onnx = [], [], [], []
+    records, written, skipped, no_onnx, reasons = [], [], [], [], []
     for done, entry in enumerate(entries, start=1):
         record = complete_record(bricks_dir / entry.signature, opset)
         if record is not None:
@@ -174,6 +179,7 @@ def export_suite(
             written.append(entry.signature)
         if record["files"]["onnx"] is None:
             no_onnx.append(entry.signature)
+            reasons.append(record.get("onnx_error") or "unknown reason")
         records.append(record)
         if progress is not None:
             progress(done, len(entries))
@@ -195,6 +201,7 @@ def export_suite(
         skipped=tuple(skipped),
         no_onnx=tuple(no_onnx),
         wall_s=time.perf_counter() - start,
+        no_onnx_reasons=tuple(reasons),
     )
 
 
@@ -241,6 +248,10 @@ def complete_record(brick_dir: Path, opset: int) -> dict[str, Any] | None:
         return None
     if record.get("signature") != brick_dir.name:
         return None
+    # Written before ONNX files were checked (no `onnx_error` key): its
+    # file may not load, so the brick is exported again.
+    if "onnx_error" not in record:
+        return None
     try:
         read_entry(_public(record), brick_dir.parent.parent)
     except SuiteError:
@@ -280,7 +291,8 @@ def _export_brick(entry: Any, bricks_dir: Path, opset: int) -> dict:
         inputs, outputs = _specs(model)
         _save_saved_model(model, tmp / FILES["saved_model"], signature)
         _save_keras(model, tmp / FILES["keras"], signature)
-        has_onnx = _save_onnx(model, tmp / FILES["onnx"], opset)
+        onnx_error = _save_onnx(model, tmp / FILES["onnx"], opset)
+        has_onnx = onnx_error is None
         rel = f"{BRICKS}/{signature}"
         record = {
             "signature": signature,
@@ -298,6 +310,7 @@ def _export_brick(entry: Any, bricks_dir: Path, opset: int) -> dict:
                 else None
                 for key in FILES
             },
+            "onnx_error": onnx_error,
             "opset": opset,
         }
         write_json_atomic(tmp / RECORD, record)
@@ -375,21 +388,27 @@ def _save_keras(model: Any, path: Path, signature: str) -> None:
         ) from e
 
 
-def _save_onnx(model: Any, path: Path, opset: int) -> bool:
-    """Converts to ONNX with outputs named output_i; False if it fails."""
+def _save_onnx(model: Any, path: Path, opset: int) -> str | None:
+    """Converts to a checked ONNX file, outputs named output_i.
+
+    Returns:
+        None if the file was written, else why not (one line); no file is
+        left behind then.
+    """
     try:
         info = onnx_convert.to_onnx(model, path, opset=opset)
-    except onnx_convert.ConversionError:
-        path.unlink(missing_ok=True)
-        return False
-    import onnx
+        import onnx
 
-    proto = onnx.load(str(path))
-    name_outputs(
-        proto.graph, [f"output_{i}" for i in range(len(info.output_names))]
-    )
-    onnx.save(proto, str(path))
-    return True
+        proto = onnx.load(str(path))
+        name_outputs(
+            proto.graph, [f"output_{i}" for i in range(len(info.output_names))]
+        )
+        onnx_convert.check_proto(proto)
+        onnx.save(proto, str(path))
+    except onnx_convert.ConversionError as e:
+        path.unlink(missing_ok=True)
+        return " ".join(str(e).split())
+    return None
 
 
 def name_outputs(graph: Any, names: Sequence[str]) -> None:

@@ -88,9 +88,15 @@ class ModelSource:
             )
         except Exception as e:  # Keras raises many types for bad files.
             first = str(e).strip().splitlines()[0] if str(e).strip() else ""
+            hint = ""
+            if "Could not locate" in first:  # An unregistered custom class.
+                hint = (
+                    " Import the module that registers it first "
+                    "(--import=your.module on the command line)."
+                )
             raise ModelSourceError(
                 f"Cannot load model file {self.path!r}: "
-                f"{type(e).__name__}: {first}"
+                f"{type(e).__name__}: {first}{hint}"
             ) from e
 
     def decompose(
@@ -577,15 +583,17 @@ def estimate_models(
         normalized when the store holds an end-to-end timing (else None).
 
     Raises:
-        MissingResultsError: A model has bricks without a timing.
+        MissingResultsError: A model has bricks without a timing (those
+            recorded as failed are named with their reasons).
     """
     from dlbricks_tf import estimate as estimate_lib
 
     results = store.results(settings, fingerprint)
+    failures = store.failures(settings, fingerprint)
     rows = []
     for source in sources:
         d = source.decompose(granularity, safe_mode, fuse)
-        est = estimate_lib.estimate(d, results, mode)
+        est = estimate_lib.estimate(d, results, mode, failures=failures)
         measured = store.get_model(source.name, settings, fingerprint)
         m = measured.median_ms if measured else None
         rows.append(

@@ -61,8 +61,9 @@ class LayerFactory:
             raise DecompositionError(
                 f"Layer '{call.name}' has class {call.class_name!r}, which "
                 "Keras cannot find. Register it with "
-                "@keras.saving.register_keras_serializable() or pass "
-                f"custom_objects={{'{call.class_name}': ...}}."
+                "@keras.saving.register_keras_serializable() in a module "
+                "imported first (on the command line: --import=your.module) "
+                f"or pass custom_objects={{'{call.class_name}': ...}}."
             ) from e
 
     def create(self, call: graph_lib.Call, name: str | None = None) -> Any:

@@ -7,6 +7,13 @@ run killed at any point (even `kill -9`) resumes with `missing()` and
 re-times nothing that was stored. Settings and fingerprints are kept as
 JSON rows; the schema version is kept in a `meta` table.
 
+A brick that could not be loaded, built or timed is recorded as failed,
+with its reason, under the same key as a result (`put_failure`); it does
+not count as stored, so a rerun tries it again, and a result stored later
+replaces the failure. A store of schema version 1 (before failures were
+recorded) gains the table on first open, in one transaction, and keeps
+every result.
+
 An existing file is inspected, without writing, before anything is
 written to it: a folder, a file that is not SQLite, an SQLite database of
 another program, a corrupt database (`PRAGMA quick_check`) or a store of a
@@ -47,7 +54,9 @@ from dlbricks_tf.stats import Timing
 
 _T = TypeVar("_T")
 
-SCHEMA_VERSION = 1
+# 1: results only. 2: adds `brick_failures` (a v1 file is upgraded in
+# place when opened, see `_init_schema`).
+SCHEMA_VERSION = 2
 # Back-off between attempts of a write that found the database locked: the
 # busy timeout already waited, so these cover what it does not (a lock
 # taken while a snapshot was upgraded, a journal-mode switch).
@@ -94,7 +103,15 @@ CREATE TABLE IF NOT EXISTS model_results (
     fingerprint_id TEXT NOT NULL REFERENCES fingerprints(id),
     {_STATS_DDL},
     UNIQUE (model, settings_key, fingerprint_id));
+CREATE TABLE IF NOT EXISTS brick_failures (
+    signature TEXT NOT NULL,
+    settings_key TEXT NOT NULL REFERENCES settings(key),
+    fingerprint_id TEXT NOT NULL REFERENCES fingerprints(id),
+    reason TEXT NOT NULL,
+    created TEXT NOT NULL DEFAULT (strftime('%Y-%m-%dT%H:%M:%fZ', 'now')),
+    UNIQUE (signature, settings_key, fingerprint_id));
 """
+_FAILURES = "brick_failures"
 _TABLES = {
     "brick": ("brick_results", "signature"),
     "model": ("model_results", "model"),
@@ -186,6 +203,7 @@ class Store:
             # Tables of a store whose creation was cut short are ours too.
             foreign = tables - {"meta", "settings", "fingerprints"}
             foreign -= {table for table, _ in _TABLES.values()}
+            foreign.discard(_FAILURES)
             if (foreign and version is None) or (
                 version is not None and not version.isdigit()
             ):
@@ -254,8 +272,10 @@ class Store:
         ).fetchone()
         if row is not None:  # Checked again: another writer may be newer.
             self._check_version(int(row[0]))
+        # An older store has just gained the tables it lacked (CREATE ... IF
+        # NOT EXISTS above, same transaction): it is now of this version.
         db.execute(
-            "INSERT OR IGNORE INTO meta VALUES ('schema_version', ?)",
+            "INSERT OR REPLACE INTO meta VALUES ('schema_version', ?)",
             (str(SCHEMA_VERSION),),
         )
 
@@ -359,6 +379,12 @@ class Store:
 
         def insert(db: sqlite3.Connection) -> None:
             self._register(db, settings, fp)
+            if kind == "brick":  # A result replaces an earlier failure.
+                db.execute(
+                    f"DELETE FROM {_FAILURES} WHERE signature = ? AND "
+                    "settings_key = ? AND fingerprint_id = ?",
+                    row[:3],
+                )
             db.execute(
                 f"INSERT INTO {table} ({column}, settings_key, fingerprint_id,"
                 f" {', '.join(_STATS)}) VALUES ({', '.join('?' * len(row))})"
@@ -454,6 +480,72 @@ class Store:
         }
         return {s: t for s, t in timings.items() if accept_noisy or not t.noisy}
 
+    def put_failure(
+        self,
+        signature: str,
+        settings: RunSettings,
+        fp: SystemFingerprint,
+        reason: str,
+    ) -> None:
+        """Records that a brick could not be loaded, built or timed.
+
+        The failure is kept (replacing an earlier one) until a timing of the
+        brick is stored under the same key; it never hides a stored timing.
+
+        Args:
+            signature: The brick's signature.
+            settings: The run settings it failed under.
+            fp: This machine's fingerprint.
+            reason: One line: what went wrong (and what to do, if known).
+
+        Raises:
+            StoreError: If the file cannot be written.
+        """
+        reason = " ".join(str(reason).split()) or "unknown reason"
+
+        def insert(db: sqlite3.Connection) -> None:
+            self._register(db, settings, fp)
+            db.execute(
+                f"INSERT INTO {_FAILURES} (signature, settings_key,"
+                " fingerprint_id, reason) VALUES (?, ?, ?, ?)"
+                " ON CONFLICT (signature, settings_key, fingerprint_id)"
+                " DO UPDATE SET reason = excluded.reason,"
+                " created = strftime('%Y-%m-%dT%H:%M:%fZ', 'now')",
+                (signature, settings.key(), fp.id, reason),
+            )
+
+        self._write(insert)
+
+    def failures(
+        self, settings: RunSettings, fp: SystemFingerprint
+    ) -> dict[str, str]:
+        """Returns {signature: reason} of the bricks recorded as failed."""
+        rows = self._read(
+            f"SELECT signature, reason FROM {_FAILURES} WHERE settings_key = ?"
+            " AND fingerprint_id = ? ORDER BY signature",
+            (settings.key(), fp.id),
+        )
+        return dict(rows)
+
+    def failure_rows(self) -> list[dict[str, Any]]:
+        """Returns every recorded failure: signature, settings, reason, ..."""
+        rows = self._read(
+            f"SELECT r.signature, s.json, r.fingerprint_id, r.reason,"
+            f" r.created FROM {_FAILURES} r JOIN settings s ON s.key ="
+            " r.settings_key ORDER BY r.signature, r.settings_key,"
+            " r.fingerprint_id"
+        )
+        return [
+            {
+                "signature": r[0],
+                "settings": json.loads(r[1]),
+                "fingerprint_id": r[2],
+                "reason": r[3],
+                "created": r[4],
+            }
+            for r in rows
+        ]
+
     def put_model(
         self,
         model: str,
@@ -500,11 +592,12 @@ class Store:
         return out
 
     def export_json(self, path: str | Path) -> None:
-        """Writes {"schema_version", "bricks": [...], "models": [...]}."""
+        """Writes {"schema_version", "bricks", "models", "failed_bricks"}."""
         data = {
             "schema_version": SCHEMA_VERSION,
             "bricks": self.rows("brick"),
             "models": self.rows("model"),
+            "failed_bricks": self.failure_rows(),
         }
         Path(path).write_text(json.dumps(data, indent=1, sort_keys=True))
 
@@ -532,10 +625,11 @@ class Store:
         """Copies results absent here from another store file.
 
         The other file is read in full first, then everything is written in
-        one transaction: a merge stopped half way adds nothing.
+        one transaction: a merge stopped half way adds nothing. Failures are
+        copied too, except for bricks that either file holds a timing of.
 
         Returns:
-            The number of results added.
+            The number of results added (failures not counted).
 
         Raises:
             StoreError: If either file cannot be used.
@@ -554,6 +648,10 @@ class Store:
             results = {
                 t: source._read(f"SELECT {c} FROM {t}") for t, c in cols.items()
             }
+            failed = source._read(
+                "SELECT signature, settings_key, fingerprint_id, reason,"
+                f" created FROM {_FAILURES}"
+            )
 
         def copy(db: sqlite3.Connection) -> int:
             before = self._count(db)
@@ -567,6 +665,17 @@ class Store:
                     f"({', '.join('?' * (len(_STATS) + 4))})",
                     rows,
                 )
+            db.executemany(
+                f"INSERT OR IGNORE INTO {_FAILURES} (signature, settings_key,"
+                " fingerprint_id, reason, created) VALUES (?, ?, ?, ?, ?)",
+                failed,
+            )
+            db.execute(
+                f"DELETE FROM {_FAILURES} WHERE EXISTS (SELECT 1 FROM"
+                f" brick_results r WHERE r.signature = {_FAILURES}.signature"
+                f" AND r.settings_key = {_FAILURES}.settings_key AND"
+                f" r.fingerprint_id = {_FAILURES}.fingerprint_id)"
+            )
             return self._count(db) - before
 
         return self._write(copy)

@@ -58,10 +58,10 @@ def measurer(
             from dlbricks_tf import ort_timing
 
             if entry.onnx is None:
+                why = entry.onnx_error or "tf2onnx could not convert it"
                 raise timing.MeasurementError(
                     f"Brick {entry.signature} has no ONNX file in its suite "
-                    "(tf2onnx could not convert it); time it with "
-                    "--backend=tf."
+                    f"({why}); time it with --backend=tf."
                 )
             return ort_timing.time_onnx(
                 entry.onnx,

@@ -92,6 +92,7 @@ class SuiteDirEntry:
         keras: Absolute path of the `.keras` file.
         onnx: Absolute path of the `.onnx` file (None: tf2onnx could not
             convert the brick).
+        onnx_error: Why there is no `.onnx` file, if the manifest says.
     """
 
     signature: str
@@ -102,6 +103,7 @@ class SuiteDirEntry:
     saved_model: str
     keras: str
     onnx: str | None
+    onnx_error: str | None = None
 
     @property
     def id_bounds(self) -> tuple[int | None, ...]:
@@ -334,6 +336,11 @@ def read_entry(
             saved_model=_path(root, files["saved_model"]),
             keras=_path(root, files["keras"]),
             onnx=None if files["onnx"] is None else _path(root, files["onnx"]),
+            onnx_error=(
+                None
+                if raw.get("onnx_error") is None
+                else _str(raw["onnx_error"])
+            ),
         )
         if not isinstance(digests, Mapping):
             raise TypeError("sha256 is not an object")

@@ -353,6 +353,55 @@ def test_bad_opset_is_refused(exported, tmp_path):
         export.export_suite(unique, tmp_path / "s", opset=19)
 
 
+def test_old_record_without_onnx_check_is_exported_again(exported, tmp_path):
+    # A record written before ONNX files were checked has no onnx_error.
+    unique, folder, _, _ = exported
+    folder = _copy(folder, tmp_path)
+    old = _manifest(folder)["bricks"][0]["signature"]
+    path = folder / "bricks" / old / export.RECORD
+    record = json.loads(path.read_text())
+    assert record["onnx_error"] is None
+    del record["onnx_error"]
+    path.write_text(json.dumps(record))
+    again = export.export_suite(unique, folder, granularity=G)
+    assert again.written == (old,)
+
+
+def test_gelu_converts_and_an_unconvertible_brick_is_named(tmp_path):
+    from dlbricks_tf import bench, suite_bench, timing
+
+    inp = keras.Input((16,))
+    x = keras.layers.Dense(32, activation="gelu")(inp)  # Exact GELU: Erfc.
+    model = keras.Model(inp, keras.ops.erfinv(keras.ops.tanh(x)))
+    unique = suite.build_suite({"m": dlbricks_tf.decompose(model, 1)})
+    summary = export.export_suite(unique, tmp_path / "suite", granularity=1)
+    loaded = suite_dir.load_suite(tmp_path / "suite")
+    by_class = {e.classes[0]: e for e in loaded.entries}
+    assert set(by_class) == {"Dense", "Tanh", "Erfinv"}
+    erfinv = by_class["Erfinv"]
+    assert erfinv.onnx is None and "Erfinv" in erfinv.onnx_error
+    assert summary.no_onnx == (erfinv.signature,)
+    assert summary.no_onnx_reasons == (erfinv.onnx_error,)
+    raw = {b["signature"]: b for b in _manifest(tmp_path / "suite")["bricks"]}
+    assert raw[erfinv.signature]["files"]["onnx"] is None
+    assert raw[by_class["Dense"].signature]["onnx_error"] is None
+
+    # On ONNX Runtime, the GELU brick times and the other is recorded.
+    ort = settings.RunSettings.default(
+        1, intra_op_threads=1, backend="onnxruntime"
+    )
+    options = timing.TimingOptions(min_samples=3, max_samples=5)
+    fp = fingerprint.system_fingerprint()
+    with store.Store(tmp_path / "s.sqlite") as db:
+        result = bench.time_suite(
+            loaded, db, ort, fp, measure=suite_bench.measurer(ort, options)
+        )
+        assert set(result.timed) == set(loaded.signatures) - {erfinv.signature}
+        ((failed, reason),) = result.failed
+        assert failed == erfinv.signature and "Erfinv" in reason
+        assert db.failures(ort, fp) == {failed: reason}
+
+
 # The command line: export, then estimate from the recipes alone.
 
 

@@ -57,5 +57,45 @@ def test_opset_above_max_is_refused(tmp_path):
         onnx_convert.to_onnx(models.chain()[0], tmp_path / "m.onnx", opset=19)
 
 
+def _gelu_model(seed: int = 0) -> keras.Model:
+    keras.utils.set_random_seed(seed)
+    inp = keras.Input((16,))
+    out = keras.layers.Dense(32, activation="gelu")(inp)  # Exact GELU.
+    return keras.Model(inp, out)
+
+
+def test_exact_gelu_converts_to_erf_with_keras_numerics(tmp_path):
+    import onnx
+
+    model = _gelu_model()
+    path = tmp_path / "gelu.onnx"
+    info = onnx_convert.to_onnx(model, path)
+    ops = [n.op_type for n in onnx.load(str(path)).graph.node]
+    assert "Erfc" not in ops and "Erf" in ops
+    onnx.checker.check_model(str(path))
+    # Far into both tails, where erfc(x) and 1 - erf(x) part most.
+    x = np.linspace(-12, 12, 8 * 16, dtype="float32").reshape(8, 16)
+    (got,) = _session(path).run(None, {info.input_names[0]: x})
+    np.testing.assert_allclose(got, np.asarray(model(x)), rtol=1e-5, atol=1e-5)
+
+
+def test_unconvertible_op_is_refused_and_no_file_is_left(tmp_path):
+    inp = keras.Input((8,))
+    model = keras.Model(inp, keras.ops.erfinv(keras.ops.tanh(inp)))
+    path = tmp_path / "erfinv.onnx"
+    with pytest.raises(onnx_convert.ConversionError, match="Erfinv"):
+        onnx_convert.to_onnx(model, path)
+    assert not path.exists()
+
+
+def test_outputs_that_differ_from_keras_are_refused(tmp_path):
+    path = tmp_path / "a.onnx"
+    info = onnx_convert.to_onnx(_gelu_model(seed=0), path)
+    onnx_convert.check_outputs(_gelu_model(seed=0), path, info)
+    # Same shapes, other weights: the file does not compute this model.
+    with pytest.raises(onnx_convert.ConversionError, match="differs"):
+        onnx_convert.check_outputs(_gelu_model(seed=1), path, info)
+
+
 if __name__ == "__main__":
     raise SystemExit(pytest.main([__file__, "-q"]))

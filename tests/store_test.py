@@ -371,3 +371,58 @@ def test_concurrent_writers_lose_nothing(tmp_path):
 
 if __name__ == "__main__":
     raise SystemExit(pytest.main([__file__, "-q"]))
+
+
+def test_failure_recorded_missing_and_replaced_by_a_timing(tmp_path):
+    with store_lib.Store(tmp_path / "s.sqlite") as store:
+        store.put("a", SETTINGS, FP, _timing(1.0))
+        store.put_failure("b", SETTINGS, FP, "ValueError: no\n  such op")
+        assert store.failures(SETTINGS, FP) == {"b": "ValueError: no such op"}
+        other = RunSettings(
+            batch_size=1, intra_op_threads=2, inter_op_threads=1,
+            backend="onnxruntime",
+        )  # fmt: skip
+        assert store.failures(other, FP) == {}
+        # A failed brick is not stored: a rerun tries it again.
+        assert store.missing(["a", "b"], SETTINGS, FP) == ["b"]
+        store.put_failure("b", SETTINGS, FP, "second reason")
+        assert store.failures(SETTINGS, FP) == {"b": "second reason"}
+        store.put("b", SETTINGS, FP, _timing(2.0))
+        assert store.failures(SETTINGS, FP) == {}
+        assert store.missing(["a", "b"], SETTINGS, FP) == []
+        store.put_failure("c", SETTINGS, FP, "boom")
+        store.export_json(tmp_path / "out.json")
+    data = json.loads((tmp_path / "out.json").read_text())
+    assert [(f["signature"], f["reason"]) for f in data["failed_bricks"]] == [
+        ("c", "boom")
+    ]
+    assert data["failed_bricks"][0]["settings"] == SETTINGS.to_dict()
+
+
+def test_version_1_store_is_upgraded_in_place_keeping_results(tmp_path):
+    path = tmp_path / "v1.sqlite"
+    with store_lib.Store(path) as store:
+        store.put("a", SETTINGS, FP, _timing(1.0))
+        store.put_model("m", SETTINGS, FP, _timing(3.0))
+    # A version-1 file: the same tables without brick_failures.
+    with contextlib.closing(sqlite3.connect(path)) as db, db:
+        db.execute("DROP TABLE brick_failures")
+        db.execute("UPDATE meta SET value = '1' WHERE key = 'schema_version'")
+    with store_lib.Store(path) as store:
+        assert store.schema_version == store_lib.SCHEMA_VERSION == 2
+        assert store.get("a", SETTINGS, FP) == _timing(1.0)
+        assert store.get_model("m", SETTINGS, FP) == _timing(3.0)
+        store.put_failure("b", SETTINGS, FP, "boom")
+    with store_lib.Store(path) as store:
+        assert store.failures(SETTINGS, FP) == {"b": "boom"}
+
+
+def test_merge_copies_failures_unless_a_timing_exists(tmp_path):
+    with store_lib.Store(tmp_path / "a.sqlite") as a:
+        a.put_failure("x", SETTINGS, FP, "bad x")
+        a.put_failure("y", SETTINGS, FP, "bad y")
+    with store_lib.Store(tmp_path / "b.sqlite") as b:
+        b.put("y", SETTINGS, FP, _timing(1.0))
+        assert b.merge_from(tmp_path / "a.sqlite") == 0
+        assert b.failures(SETTINGS, FP) == {"x": "bad x"}
+        assert b.get("y", SETTINGS, FP) == _timing(1.0)

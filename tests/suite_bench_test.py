@@ -7,6 +7,8 @@ recipe is estimated on each backend, and `report --compare` names the
 fastest backend and writes TensorBoard event files that are read back.
 """
 
+from pathlib import Path
+
 import pytest
 from tensorboard.backend.event_processing import event_accumulator
 
@@ -154,6 +156,86 @@ def test_recipe_names_only_suite_bricks(exported):
     _, suite, recipe = exported
     loaded = recipe_lib.load(recipe)
     assert set(loaded.signatures) <= set(suite_dir.load_suite(suite).signatures)
+
+
+def _break_onnx(suite: Path, signature: str) -> bytes:
+    """Gives a brick an ONNX file ONNX Runtime refuses; returns the old one.
+
+    An `Erfc` node (no ONNX opset has it) is what tf2onnx once wrote for an
+    exact GELU; the manifest's digest is updated, so the suite loads.
+    """
+    import onnx
+
+    path = suite / "bricks" / signature / "brick.onnx"
+    original = path.read_bytes()
+    proto = onnx.load_from_string(original)
+    proto.graph.node[0].op_type = "Erfc"
+    path.write_bytes(proto.SerializeToString())
+    _rehash(suite, signature)
+    return original
+
+
+def _rehash(suite: Path, signature: str) -> None:
+    import json
+
+    manifest = json.loads((suite / "manifest.json").read_text())
+    for brick in manifest["bricks"]:
+        if brick["signature"] == signature:
+            brick["sha256"]["onnx"] = suite_dir.sha256(
+                suite / "bricks" / signature / "brick.onnx"
+            )
+    (suite / "manifest.json").write_text(json.dumps(manifest))
+
+
+def test_a_broken_brick_is_recorded_and_the_rest_timed(exported, tmp_path):
+    import shutil
+
+    _, source, recipe = exported
+    suite = tmp_path / "suite"
+    shutil.copytree(source, suite)
+    signatures = suite_dir.load_suite(suite).signatures
+    broken = signatures[len(signatures) // 2]
+    original = _break_onnx(suite, broken)
+    db = tmp_path / "ort.sqlite"
+    args = [f"--suite={suite}", "--backend=onnxruntime", f"--db={db}", *FAST]
+    proc = dlbricks("bench", *args)
+    assert proc.returncode == 1, proc.stderr
+    assert f"timed {len(signatures) - 1}, failed 1," in proc.stdout
+    assert f"brick {broken} failed: " in proc.stdout
+    assert "Erfc" in proc.stdout
+    err = proc.stderr.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("dlbricks: error: 1 brick(s)")
+    assert broken in err[0]
+    settings = _settings("onnxruntime")
+    fp = system_fingerprint()
+    with Store(db) as store:
+        results = store.results(settings, fp)
+        assert set(results) == set(signatures) - {broken}
+        assert list(store.failures(settings, fp)) == [broken]
+        assert "Erfc" in store.failures(settings, fp)[broken]
+
+    # estimate names the failed brick and its reason, in one line.
+    proc = dlbricks(
+        "estimate", f"--recipe={recipe}", f"--db={db}",
+        "--backend=onnxruntime", "--intra_op_threads=1",
+    )  # fmt: skip
+    assert proc.returncode == 1
+    err = proc.stderr.strip().splitlines()
+    assert len(err) == 1 and "1 brick(s) failed when timed: " in err[0]
+    assert broken in err[0] and "Erfc" in err[0]
+
+    # A rerun tries the failed brick again (with the noisy ones, which
+    # these tiny caps make likely); fixed, it is timed.
+    (suite / "bricks" / broken / "brick.onnx").write_bytes(original)
+    _rehash(suite, broken)
+    proc = dlbricks("bench", *args)
+    assert proc.returncode == 0, proc.stderr
+    todo = 1 + sum(t.noisy for t in results.values())
+    assert f"; {todo} to time" in proc.stdout
+    assert f"timed {todo}, failed 0," in proc.stdout
+    with Store(db) as store:
+        assert set(store.results(settings, fp)) == set(signatures)
+        assert store.failures(settings, fp) == {}
 
 
 if __name__ == "__main__":

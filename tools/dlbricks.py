@@ -16,6 +16,9 @@ Commands:
              --backend=tf (SavedModels) or onnxruntime (ONNX files); only
              one shard of them with --shard_index/--num_shards or under
              Bazel sharding, a Slurm array or a Kubernetes Indexed Job.
+             A brick that cannot be loaded, built or timed is recorded
+             as failed in --db and the rest are timed (exit code 1; a
+             rerun tries it again).
   measure    time --models end to end into --db.
   estimate   estimate --models from the brick timings in --db
              (--mode=sequential or parallel); with --recipe=FILE,...
@@ -37,8 +40,10 @@ Commands:
 downloaded) and paths of .keras, .h5 or config .json files. --granularity
 takes one G or a list (a sweep). --fuse never cuts a convolution or dense
 layer from the BatchNormalization and activation TensorFlow fuses into it
-(G then counts such units); bench and estimate with the same --fuse. See
---helpfull for every flag.
+(G then counts such units); bench and estimate with the same --fuse.
+--import=mypkg.layers (repeatable) imports a module of yours before any
+model is read, so the layers it registers load from model files; it runs
+that module's code. See --helpfull for every flag.
 """
 
 from __future__ import annotations
@@ -189,6 +194,16 @@ _GRAPHS = flags.DEFINE_integer(
 )
 _LIST_BRICKS = flags.DEFINE_bool(
     "list_bricks", True, "decompose: list every brick, not only counts."
+)
+_IMPORT = flags.DEFINE_multi_string(
+    "import",
+    [],
+    "Python module to import before any model is read, e.g. "
+    "--import=mypkg.layers (repeat the flag for several), so that the "
+    "layers it registers with @keras.saving.register_keras_serializable "
+    "load from .keras, .h5 and .json files. This RUNS THAT MODULE'S CODE: "
+    "name only modules you trust. Searched on PYTHONPATH, then in the "
+    "working folder.",
 )
 _UNSAFE = flags.DEFINE_bool(
     "unsafe_deserialization",
@@ -569,6 +584,7 @@ def _cmd_bench(sources, gs, safe_mode) -> None:
     _, brick_options = _timing_options()
     fp = system_fingerprint()
     # SIGINT/SIGTERM: finish and commit the brick in flight, then stop.
+    failed = []
     with _open_store(db) as store, bench.StopSignals() as stop:
         for g in gs:
             s = suite.build_suite(
@@ -578,9 +594,10 @@ def _cmd_bench(sources, gs, safe_mode) -> None:
             if shard.count > 1:
                 s, whole = s.shard(shard.index, shard.count), s
                 part = f"{len(s)} of the {len(whole)} unique bricks"
-            _time_suite(
+            failed += _time_suite(
                 f"G={g}", part, s, store, settings, fp, brick_options, stop
             )
+    _fail_if_any_failed(failed)
 
 
 def _bench_suite_dir(folder: str) -> None:
@@ -607,7 +624,7 @@ def _bench_suite_dir(folder: str) -> None:
         part = f"{len(suite)} of the suite's {part}"
     measure = suite_bench.measurer(settings, brick_options)
     with _open_store(db) as store, bench.StopSignals() as stop:
-        _time_suite(
+        failed = _time_suite(
             f"suite {folder} on {settings.backend}",
             part,
             suite,
@@ -618,12 +635,13 @@ def _bench_suite_dir(folder: str) -> None:
             stop,
             measure=measure,
         )
+    _fail_if_any_failed(failed)
 
 
 def _time_suite(
     label, part, s, store, settings, fp, options, stop, measure=None
-) -> None:
-    """Times what the store lacks of suite `s`, with progress and summary."""
+) -> tuple[tuple[str, str], ...]:
+    """Times what the store lacks of suite `s`; returns the failed bricks."""
     from dlbricks_tf import bench
 
     todo = store.missing(s.signatures, settings, fp)
@@ -631,6 +649,11 @@ def _time_suite(
     bar = _Progress(f"{label}: ")
     done = iter(range(1, len(todo) + 1))
     on_result = functools.partial(_bench_result, bar, done, len(todo))
+
+    def on_failure(signature: str, reason: str) -> None:
+        bar.log(f"{label}: brick {signature} failed: {reason}")
+        bar(signature, next(done), len(todo))
+
     summary = bench.time_suite(
         s,
         store,
@@ -640,9 +663,11 @@ def _time_suite(
         on_result=on_result,
         stop=stop,
         measure=measure,
+        on_failure=on_failure,
     )
     print(
-        f"{label}: timed {len(summary.timed)}, already stored "
+        f"{label}: timed {len(summary.timed)}, failed "
+        f"{len(summary.failed)}, already stored "
         f"{len(summary.skipped)}, noisy {len(summary.noisy)} "
         f"(re-measured {len(summary.remeasured)}), "
         f"{summary.wall_s:.1f} s; store {store.path} ({settings.key()})",
@@ -652,10 +677,27 @@ def _time_suite(
         raise _Fail(
             f"Stopped by {stop.name} after the brick in flight: "
             f"{len(summary.timed)} brick(s) timed and stored at {label}, "
-            f"{len(todo) - len(summary.timed)} left; run the same command "
+            f"{len(todo) - len(summary.timed) - len(summary.failed)} left; "
+            "run the same command "
             "again to resume.",
             128 + stop.received,
         )
+    return summary.failed
+
+
+def _fail_if_any_failed(failed) -> None:
+    """Ends bench with exit code 1 if any brick failed (all were tried)."""
+    if not failed:
+        return
+    shown = ", ".join(sig for sig, _ in failed[:5])
+    more = len(failed) - 5
+    raise _Fail(
+        f"{len(failed)} brick(s) could not be loaded, built or timed: "
+        f"{shown}{f' (+{more} more)' if more > 0 else ''}. They are recorded "
+        "as failed in the store with their reasons (printed above); every "
+        "other brick was timed. Run the same command again to retry them.",
+        1,
+    )
 
 
 def _shard():
@@ -757,8 +799,11 @@ def _estimate_recipes(paths: list[str]) -> None:
     rows = []
     with _open_store(db, must_exist=True) as store:
         results = store.results(settings, fp)
+        failures = store.failures(settings, fp)
         for r in recipes:
-            est = estimate_lib.estimate(r, results, _MODE.value)
+            est = estimate_lib.estimate(
+                r, results, _MODE.value, failures=failures
+            )
             measured = store.get_model(r.name, settings, fp)
             m = measured.median_ms if measured else None
             rows.append(
@@ -885,11 +930,15 @@ def _cmd_export(sources, gs, safe_mode) -> None:
         f"there ({summary.wall_s:.1f} s); manifest {summary.manifest}"
     )
     if summary.no_onnx:
-        shown = ", ".join(summary.no_onnx[:5])
         print(
-            f"Without ONNX (tf2onnx cannot convert them): "
-            f"{len(summary.no_onnx)} brick(s): {shown}"
+            f"Without ONNX (written with onnx null; --backend=onnxruntime "
+            f"records them as failed): {len(summary.no_onnx)} brick(s):"
         )
+        pairs = list(zip(summary.no_onnx, summary.no_onnx_reasons, strict=True))
+        for signature, reason in pairs[:10]:
+            print(f"  {signature}: {reason}")
+        if len(pairs) > 10:
+            print(f"  ... and {len(pairs) - 10} more (see the manifest)")
     print(f"Recipes (private): {len(paths)} in {recipes_dir}")
     for path in paths:
         print(f"  {path}")
@@ -955,7 +1004,10 @@ def _set_limits() -> None:
 
 
 def _main(argv: list[str]) -> None:
-    from dlbricks_tf import job
+    from dlbricks_tf import job, user_modules
+
+    # Before any model is read: the modules register the user's layers.
+    user_modules.import_modules(_IMPORT.value)
 
     _set_limits()
 
