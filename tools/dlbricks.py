@@ -604,7 +604,7 @@ def _bench_suite_dir(folder: str) -> None:
     """bench --suite: time an exported suite folder, no model needed."""
     import dataclasses
 
-    from dlbricks_tf import bench, suite_bench, suite_dir
+    from dlbricks_tf import bench, suite_bench, suite_check, suite_dir
     from dlbricks_tf.fingerprint import system_fingerprint
 
     _, db, _ = _paths()
@@ -622,10 +622,25 @@ def _bench_suite_dir(folder: str) -> None:
     if shard.count > 1:
         suite = suite.shard(shard.index, shard.count)
         part = f"{len(suite)} of the suite's {part}"
-    measure = suite_bench.measurer(settings, brick_options)
+    label = f"suite {folder} on {settings.backend}"
+    if _UNSAFE_SUITE.value:
+        print(f"{label}: not checked (--unsafe_suite)", flush=True)
+    else:
+        refused = suite_check.refusals(suite, settings.backend)
+        print(
+            f"{label}: checked {len(suite)} bricks, refused {len(refused)}"
+            + (" (recorded as failed, not run)" if refused else ""),
+            flush=True,
+        )
+    measure = suite_bench.measurer(
+        settings,
+        brick_options,
+        suite_folder=suite.folder,
+        unsafe=_UNSAFE_SUITE.value,
+    )
     with _open_store(db) as store, bench.StopSignals() as stop:
         failed = _time_suite(
-            f"suite {folder} on {settings.backend}",
+            label,
             part,
             suite,
             store,
