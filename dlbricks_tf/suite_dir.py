@@ -357,9 +357,17 @@ def read_entry(
             continue
         target = digest_file(path, key)
         shown = os.path.relpath(target, root)
-        if not target.is_file():
+        try:
+            present = target.is_file()
+            variables = (Path(path) / "variables").is_dir()
+        except OSError as e:  # A name too long for the file system.
+            raise SuiteError(
+                f"{name}: file {shown[:100]} cannot be opened ({e.strerror})"
+                f"; {_AGAIN}"
+            ) from e
+        if not present:
             raise SuiteError(f"{name}: file {shown} is missing; {_AGAIN}")
-        if key == "saved_model" and not (Path(path) / "variables").is_dir():
+        if key == "saved_model" and not variables:
             raise SuiteError(
                 f"{name}: folder {os.path.relpath(path, root)}/variables is "
                 f"missing; {_AGAIN}"
