@@ -275,10 +275,13 @@ class Store:
             self._check_version(int(row[0]))
         # An older store has just gained the tables it lacked (CREATE ... IF
         # NOT EXISTS above, same transaction): it is now of this version.
-        db.execute(
-            "INSERT OR REPLACE INTO meta VALUES ('schema_version', ?)",
-            (str(SCHEMA_VERSION),),
-        )
+        # Written only when it differs: opening a current store must leave
+        # its file byte for byte as it was (a bad command keeps the store).
+        if row is None or row[0] != str(SCHEMA_VERSION):
+            db.execute(
+                "INSERT OR REPLACE INTO meta VALUES ('schema_version', ?)",
+                (str(SCHEMA_VERSION),),
+            )
 
     def _retry(self, work: Callable[[], _T]) -> _T:
         """Runs `work`, again after a back-off while the file is locked."""
