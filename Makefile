@@ -37,10 +37,12 @@ lint: $(STAMP) $(BUILDIFIER)
 	.ci/check_bazel_targets
 
 # Reinstall only when the requirements or the project metadata change.
-$(STAMP): requirements.txt pyproject.toml
+$(STAMP): requirements.txt requirements-nodeps.txt pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --disable-pip-version-check \
 		-r requirements.txt -e .
+	$(BIN)/python -m pip install -q --disable-pip-version-check --no-deps \
+		-r requirements-nodeps.txt
 	touch $@
 
 $(BUILDIFIER):

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from dlbricks_tf import graph as graph_lib
@@ -46,6 +46,7 @@ def decompose(
     safe_mode: bool = True,
     *,
     fuse: bool = False,
+    input_shapes: Mapping[str, Sequence[int | None]] | None = None,
 ) -> Decomposition:
     """Cuts a Keras model into bricks of at most `granularity` layer calls.
 
@@ -65,6 +66,11 @@ def decompose(
         fuse: never cut a convolution or dense layer from the
             BatchNormalization and activation that TensorFlow fuses into
             it; G then counts such units (see `split.fusion_units`).
+        input_shapes: {input name: shape without the batch dimension} for
+            inputs with open dimensions (a transformer's sequence length),
+            e.g. {"token_ids": (128,), "padding_mask": (128,)}; "*" names
+            every input not named. The shapes go into the signatures, so
+            two lengths give different bricks.
 
     Returns:
         The `Decomposition`.
@@ -87,7 +93,7 @@ def decompose(
         raise ValueError(
             f"granularity must be 1 or more. Received: {granularity}"
         )
-    source = loading.load(model_or_path)
+    source = loading.load(model_or_path, safe_mode=safe_mode)
     factory = replay.LayerFactory(
         custom_objects=dict(custom_objects or {}),
         safe_mode=safe_mode and not source.trusted,
@@ -109,6 +115,8 @@ def decompose(
             factory.check(c)
             checked.add(kind)
     graph = replay.infer_missing_specs(graph, factory)
+    if input_shapes:
+        graph = replay.with_input_shapes(graph, input_shapes, factory)
     return _bricks(graph, granularity, factory, fuse)
 
 

@@ -74,8 +74,9 @@ class MissingResultsError(errors.Error):
                 f"{f' (+{more} more)' if more > 0 else ''}"
             )
         super().__init__(
-            f"Model {model!r}: {'; '.join(parts)}. Time them first "
-            "(`dlbricks bench`; it tries failed bricks again)."
+            f"Model {model!r}: {'; '.join(parts)}. Time them first (they "
+            "are listed by Store.missing; `dlbricks bench` tries failed "
+            "bricks again)."
         )
 
 

@@ -86,6 +86,7 @@ class Graph:
             -1 for a model input.
         inputs: tensor ids of the model inputs, flattened.
         outputs: tensor ids of the model outputs, flattened.
+        input_names: the name of each of `inputs` (its InputLayer's).
     """
 
     name: str
@@ -94,6 +95,7 @@ class Graph:
     producers: tuple[int, ...]
     inputs: tuple[int, ...]
     outputs: tuple[int, ...]
+    input_names: tuple[str, ...] = ()
 
 
 def iter_tensor_refs(obj: Any) -> Iterator[dict]:
@@ -328,6 +330,7 @@ class _Walker:
         self.specs: list[TensorSpec | None] = []
         self.producers: list[int] = []
         self.inputs: list[int] = []
+        self.input_names: list[str] = []
 
     def new_tensor(self, producer: int, spec: TensorSpec | None = None) -> int:
         self.specs.append(spec)
@@ -356,6 +359,7 @@ class _Walker:
     def input_tensor(self, entry: dict, model_name: str) -> int:
         tensor = self.new_tensor(-1, _input_spec(entry, model_name))
         self.inputs.append(tensor)
+        self.input_names.append(_entry_name(entry))
         return tensor
 
     def bind(self, tensor: int, entry: dict, model_name: str, prefix: str):
@@ -425,6 +429,7 @@ class _Walker:
                 -1, TensorSpec(tuple(shape[1:]), "float32")
             )
             self.inputs.append(current)
+            self.input_names.append(f"{name}_input")
         for entry in layers:
             layer_name = prefix + _entry_name(entry)
             if is_model_entry(entry):
@@ -598,4 +603,5 @@ class _Walker:
             producers=tuple(self.producers),
             inputs=tuple(self.inputs),
             outputs=tuple(outputs),
+            input_names=tuple(self.input_names),
         )

@@ -77,7 +77,7 @@ class ModelSource:
 
         # The file's sizes, nesting and layer count are checked first (see
         # dlbricks_tf.limits): Keras reads whatever the file holds.
-        config = loading.load(self.path).entry
+        config = loading.read_config(self.path)
         try:
             if self.path.endswith(".json"):
                 return keras.saving.deserialize_keras_object(
@@ -100,19 +100,28 @@ class ModelSource:
             ) from e
 
     def decompose(
-        self, granularity: int, safe_mode: bool = True, fuse: bool = False
+        self,
+        granularity: int,
+        safe_mode: bool = True,
+        fuse: bool = False,
+        *,
+        input_shapes=None,
     ):
         """Decomposes the model; a file is read for its config only.
 
-        `fuse` keeps fusion units whole (see `dlbricks_tf.decompose`).
+        `fuse` keeps fusion units whole and `input_shapes` fixes open input
+        dimensions (see `dlbricks_tf.decompose`).
         """
         from dlbricks_tf.decompose import decompose
 
-        if self.path is not None:
-            return decompose(
-                self.path, granularity, safe_mode=safe_mode, fuse=fuse
-            )
-        return decompose(self.build(), granularity, fuse=fuse)
+        target = self.path if self.path is not None else self.build()
+        return decompose(
+            target,
+            granularity,
+            safe_mode=safe_mode,
+            fuse=fuse,
+            input_shapes=input_shapes,
+        )
 
 
 def resolve_models(specs: Sequence[str]) -> list[ModelSource]:

@@ -7,6 +7,14 @@ private model's weights never need to leave its file.
 A model file may come from anyone: every size is checked against
 `dlbricks_tf.limits` before the bytes are read (a `.keras` member's
 uncompressed size, a config's size, its JSON nesting, its layer count).
+
+A Functional subclass whose `get_config()` holds its constructor arguments
+instead of its layer graph (keras_hub's backbones: `BertBackbone`,
+`GPT2Backbone`, `GemmaBackbone`, ...) is walked through its live graph,
+`keras.Model(m.inputs, m.outputs)`. From a file, such a model is first
+rebuilt from its config by its registered class (its constructor runs;
+no weight is read), which is why its module must have been imported
+(`import keras_hub`, or `--import=keras_hub` on the command line).
 """
 
 from __future__ import annotations
@@ -43,12 +51,14 @@ class Source:
     trusted: bool
 
 
-def load(model_or_path: Any) -> Source:
+def load(model_or_path: Any, safe_mode: bool = True) -> Source:
     """Returns the config of a `keras.Model` or of a model file.
 
     Args:
         model_or_path: a Functional or Sequential `keras.Model`, or the path
             of a `.keras`, `.h5`/`.hdf5` or config `.json` file.
+        safe_mode: refuse Lambda layers when a model of a file has to be
+            rebuilt from its class (see the module docstring).
 
     Raises:
         LoadError: the file is missing, corrupt or of an unknown kind.
@@ -57,7 +67,12 @@ def load(model_or_path: Any) -> Source:
     if isinstance(model_or_path, keras.Model):
         return _from_model(model_or_path)
     if isinstance(model_or_path, str | os.PathLike):
-        return Source(_read_file(os.fspath(model_or_path)), {}, False)
+        path = os.fspath(model_or_path)
+        entry = _read_file(path)
+        if _has_graph(entry):
+            return Source(entry, {}, False)
+        source = _from_model(_rebuild(entry, path, safe_mode))
+        return dataclasses.replace(source, trusted=False)
     raise LoadError(
         f"Cannot decompose an object of type {type(model_or_path).__name__}: "
         "pass a keras.Model or the path of a .keras, .h5 or .json file."
@@ -116,15 +131,69 @@ def model_config(model: keras.Model) -> dict:
     }
 
 
+def _has_graph(entry: dict) -> bool:
+    config = entry.get("config")
+    return isinstance(config, dict) and isinstance(config.get("layers"), list)
+
+
+def _rebuild(entry: dict, path: str, safe_mode: bool) -> keras.Model:
+    """A model of a file whose config holds no layer graph, from its class."""
+    name = entry.get("registered_name") or entry.get("class_name")
+    try:
+        model = serialization_lib.deserialize_keras_object(
+            entry, safe_mode=safe_mode
+        )
+    except Exception as e:  # Keras raises TypeError, ValueError, ...
+        text = str(e).strip()
+        first = text.splitlines()[0] if text else type(e).__name__
+        raise DecompositionError(
+            f"Model file '{path}' holds a {name!r} whose config is not a "
+            f"layer graph, and it cannot be rebuilt from its class: {first} "
+            "If a module registers the class (keras_hub, your own), import "
+            "it first (on the command line: --import=keras_hub or "
+            "--import=your.module)."
+        ) from e
+    if not isinstance(model, keras.Model):
+        raise DecompositionError(
+            f"Model file '{path}' holds a {name!r}, which is not a "
+            "keras.Model; save the model itself."
+        )
+    return model
+
+
 def _from_model(model: keras.Model) -> Source:
     try:
         config = model_config(model)
-    except Exception as e:  # NotImplementedError for subclassed models.
+    except NotImplementedError as e:
+        if isinstance(model, functional_lib.Functional):  # A layer's.
+            raise DecompositionError(
+                f"Model '{model.name}' ({type(model).__name__}) cannot be "
+                f"serialized: a layer's get_config() is not implemented "
+                f"({_first_line(e) or 'NotImplementedError'}); fix or "
+                "upgrade the package that defines it."
+            ) from e
         raise DecompositionError(
             f"Model '{model.name}' ({type(model).__name__}) has no config: "
             "it is a subclassed keras.Model. Rebuild it with the Functional "
             "API or keras.Sequential."
         ) from e
+    except Exception as e:  # A layer's own get_config() may be broken.
+        raise DecompositionError(
+            f"Model '{model.name}' ({type(model).__name__}) cannot be "
+            f"serialized: {type(e).__name__}: {_first_line(e)} (a layer's "
+            "get_config() failed; fix or upgrade the package that "
+            "defines it)."
+        ) from e
+    if (
+        isinstance(config, dict)
+        and "layers" not in config
+        and isinstance(model, functional_lib.Functional)
+        and type(model) is not functional_lib.Functional
+    ):
+        # A Functional subclass whose config holds constructor arguments
+        # (keras_hub): the same live graph as a plain Functional model.
+        plain = keras.Model(model.inputs, model.outputs, name=model.name)
+        return _from_model(plain)
     class_name = (
         "Sequential" if isinstance(model, keras.Sequential) else "Functional"
     )
@@ -137,6 +206,11 @@ def _from_model(model: keras.Model) -> Source:
     live: dict[str, type] = {}
     _collect_classes(model, "", live)
     return Source({"class_name": class_name, "config": config}, live, True)
+
+
+def _first_line(e: BaseException) -> str:
+    text = str(e).strip()
+    return text.splitlines()[0] if text else ""
 
 
 def _collect_classes(model: keras.Model, prefix: str, out: dict) -> None:
@@ -153,6 +227,18 @@ def _collect_classes(model: keras.Model, prefix: str, out: dict) -> None:
             _collect_classes(op, name + "/", out)
         else:
             out[name] = type(op)
+
+
+def read_config(path: str | os.PathLike) -> dict:
+    """The serialized model a file holds, as written, within the limits.
+
+    Nothing is rebuilt: `{"class_name": ..., "config": {...}}` as read.
+
+    Raises:
+        LoadError: the file is missing, corrupt, of an unknown kind or over
+            a limit of `dlbricks_tf.limits`.
+    """
+    return _read_file(os.fspath(path))
 
 
 def _read_file(path: str) -> dict:

@@ -200,6 +200,88 @@ def infer_missing_specs(
     return dataclasses.replace(graph, specs=tuple(specs))
 
 
+def with_input_shapes(
+    graph: graph_lib.Graph,
+    input_shapes: Mapping[str, Sequence[int | None]],
+    factory: LayerFactory,
+) -> graph_lib.Graph:
+    """Fixes the model's input shapes and infers every shape they change.
+
+    For models whose inputs leave dimensions open beyond the batch (a
+    transformer's sequence length): each tensor whose recorded shape has
+    an open dimension is inferred again by replaying the calls, in
+    topological order, on the new input shapes.
+
+    Args:
+        graph: The walked model.
+        input_shapes: {input name: shape without the batch dimension}; the
+            name "*" stands for every input not named. A shape must have
+            the input's rank and agree with its fixed dimensions.
+        factory: Rebuilds the layers to replay.
+
+    Raises:
+        DecompositionError: For an unknown input name, a shape that does
+            not fit its input, or a layer that fails on the new shapes.
+    """
+    names = dict(zip(graph.input_names, graph.inputs, strict=True))
+    unknown = sorted(set(input_shapes) - set(names) - {"*"})
+    if unknown:
+        raise DecompositionError(
+            f"Model '{graph.name}' has no input named {unknown[0]!r}; its "
+            f"inputs are {', '.join(names) or 'none'} (or '*' for all)."
+        )
+    specs = list(graph.specs)
+    for name, tensor in names.items():
+        shape = input_shapes.get(name, input_shapes.get("*"))
+        if shape is None:
+            continue
+        old = specs[tensor]
+        shape = tuple(None if d is None else int(d) for d in shape)
+        fits = len(shape) == len(old.shape) and all(
+            (o is None or n == o) and (n is None or n >= 1)
+            for o, n in zip(old.shape, shape, strict=True)
+        )
+        if not fits:
+            raise DecompositionError(
+                f"Input {name!r} of model '{graph.name}' has shape "
+                f"{old.shape} (batch left out); {shape} does not fit it: "
+                "give one positive size per dimension, the same where it "
+                "is fixed."
+            )
+        specs[tensor] = graph_lib.TensorSpec(shape, old.dtype)
+    inputs = set(graph.inputs)
+    for t, spec in enumerate(specs):
+        if t not in inputs and spec is not None and None in spec.shape:
+            specs[t] = None  # Open: inferred again below.
+    for c in graph.calls:
+        if all(specs[t] is not None for t in c.outputs):
+            continue
+        if any(specs[t] is None for t in c.inputs):
+            raise DecompositionError(
+                f"The input shape of layer '{c.name}' is unknown; give the "
+                "model a keras.Input with a shape."
+            )
+        symbolic = [
+            keras.KerasTensor((None, *specs[t].shape), dtype=specs[t].dtype)
+            for t in c.inputs
+        ]
+        try:
+            outputs = output_specs(factory.create(c), c.node, symbolic)
+        except DecompositionError:
+            raise
+        except Exception as e:
+            raise DecompositionError(
+                f"Layer '{c.name}' ({c.class_name}) fails on the input "
+                f"shapes given: {_first_line(e)}"
+            ) from e
+        for slot, t in zip(c.output_slots, c.outputs, strict=True):
+            out = outputs[slot]
+            specs[t] = graph_lib.TensorSpec(
+                tuple(out.shape[1:]), str(out.dtype)
+            )
+    return dataclasses.replace(graph, specs=tuple(specs))
+
+
 def _with_module(entry: dict) -> dict:
     """A copy of `entry`; legacy (.h5) entries get the module they omit."""
     entry = dict(entry)

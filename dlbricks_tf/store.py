@@ -271,15 +271,19 @@ class Store:
         row = db.execute(
             "SELECT value FROM meta WHERE key = 'schema_version'"
         ).fetchone()
-        if row is not None:  # Checked again: another writer may be newer.
-            self._check_version(int(row[0]))
-        # An older store has just gained the tables it lacked (CREATE ... IF
-        # NOT EXISTS above, same transaction): it is now of this version.
-        # Written only when it differs: opening a current store must leave
-        # its file byte for byte as it was (a bad command keeps the store).
-        if row is None or row[0] != str(SCHEMA_VERSION):
+        if row is None:
             db.execute(
-                "INSERT OR REPLACE INTO meta VALUES ('schema_version', ?)",
+                "INSERT INTO meta VALUES ('schema_version', ?)",
+                (str(SCHEMA_VERSION),),
+            )
+            return
+        self._check_version(int(row[0]))  # Again: a writer may be newer.
+        if int(row[0]) < SCHEMA_VERSION:
+            # It has just gained the tables it lacked (CREATE ... IF NOT
+            # EXISTS above, same transaction): it is now of this version.
+            # A store already of this version is not written to at all.
+            db.execute(
+                "UPDATE meta SET value = ? WHERE key = 'schema_version'",
                 (str(SCHEMA_VERSION),),
             )
 

@@ -200,7 +200,8 @@ def test_a_broken_brick_is_recorded_and_the_rest_timed(exported, tmp_path):
     args = [f"--suite={suite}", "--backend=onnxruntime", f"--db={db}", *FAST]
     proc = dlbricks("bench", *args)
     assert proc.returncode == 1, proc.stderr
-    assert f"timed {len(signatures) - 1}, failed 1," in proc.stdout
+    n = len(signatures)
+    assert f"timed {n - 1}, already stored 0, failed 1," in proc.stdout
     assert f"brick {broken} failed: " in proc.stdout
     assert "Erfc" in proc.stdout
     err = proc.stderr.strip().splitlines()
@@ -232,7 +233,7 @@ def test_a_broken_brick_is_recorded_and_the_rest_timed(exported, tmp_path):
     assert proc.returncode == 0, proc.stderr
     todo = 1 + sum(t.noisy for t in results.values())
     assert f"; {todo} to time" in proc.stdout
-    assert f"timed {todo}, failed 0," in proc.stdout
+    assert f"timed {todo}, already stored {n - todo}, failed 0," in proc.stdout
     with Store(db) as store:
         assert set(store.results(settings, fp)) == set(signatures)
         assert store.failures(settings, fp) == {}

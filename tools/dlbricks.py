@@ -205,6 +205,15 @@ _IMPORT = flags.DEFINE_multi_string(
     "name only modules you trust. Searched on PYTHONPATH, then in the "
     "working folder.",
 )
+_INPUT_SHAPE = flags.DEFINE_multi_string(
+    "input_shape",
+    [],
+    "NAME:DIMS, the shape (batch left out) of a model input whose "
+    "dimensions are open, e.g. --input_shape=token_ids:128 (repeatable); "
+    "NAME * stands for every input not named: --input_shape=*:128 sets a "
+    "transformer's sequence length. For decompose, bench, estimate, export "
+    "and report --compare; the shape is part of every brick's signature.",
+)
 _UNSAFE = flags.DEFINE_bool(
     "unsafe_deserialization",
     False,
@@ -505,9 +514,29 @@ def _open_store(db: str, must_exist: bool = False):
     return Store(db)
 
 
+def _input_shapes() -> dict[str, tuple[int, ...]] | None:
+    """--input_shape as {name: shape}; app.UsageError if malformed."""
+    shapes = {}
+    for value in _INPUT_SHAPE.value:
+        name, _, dims = value.partition(":")
+        try:
+            shape = tuple(int(d) for d in dims.split(",")) if dims else ()
+        except ValueError:
+            shape = ()
+        if not name or not shape or min(shape) < 1:
+            raise app.UsageError(
+                f"--input_shape takes NAME:DIMS, e.g. token_ids:128 or "
+                f"image:224,224,3 (positive sizes). Received: {value!r}"
+            )
+        shapes[name] = shape
+    return shapes or None
+
+
 def _decompose(source, granularity: int, safe_mode: bool):
-    """Decomposes a model source as the flags say (--fuse)."""
-    return source.decompose(granularity, safe_mode, _FUSE.value)
+    """Decomposes a model source as the flags say (--fuse, --input_shape)."""
+    return source.decompose(
+        granularity, safe_mode, _FUSE.value, input_shapes=_input_shapes()
+    )
 
 
 def _cmd_run(sources, gs, safe_mode) -> None:
@@ -681,9 +710,9 @@ def _time_suite(
         on_failure=on_failure,
     )
     print(
-        f"{label}: timed {len(summary.timed)}, failed "
-        f"{len(summary.failed)}, already stored "
-        f"{len(summary.skipped)}, noisy {len(summary.noisy)} "
+        f"{label}: timed {len(summary.timed)}, already stored "
+        f"{len(summary.skipped)}, failed {len(summary.failed)}, "
+        f"noisy {len(summary.noisy)} "
         f"(re-measured {len(summary.remeasured)}), "
         f"{summary.wall_s:.1f} s; store {store.path} ({settings.key()})",
         flush=True,
@@ -1050,6 +1079,12 @@ def _main(argv: list[str]) -> None:
 
         default = list(corpus.APPLICATIONS)
     sources = job.resolve_models(_MODELS.value or default)
+    if _input_shapes() and command in ("run", "measure", "analyze"):
+        raise app.UsageError(
+            f"{command} times or reads whole models, whose input shapes "
+            "--input_shape does not change yet; use decompose, bench, "
+            "export and estimate with it."
+        )
     gs = _granularities(_GRANULARITY.value)
     if command == "analyze" and len(gs) > 1:
         raise app.UsageError("analyze takes one --granularity.")

@@ -1,0 +1,151 @@
+"""keras_hub backbones (tiny, built from constructor arguments, no download).
+
+A keras_hub backbone is a Functional subclass whose `get_config()` holds
+its constructor arguments; decompose walks its live graph, and rebuilds a
+`.keras` file's model from its registered class (no weight read). Their
+sequence length is open (`None`) and is fixed with `input_shapes`.
+"""
+
+import keras
+import keras_hub
+import numpy as np
+import pytest
+
+import dlbricks_tf
+from dlbricks_tf import bench, export, suite, suite_bench, suite_dir, timing
+from dlbricks_tf.fingerprint import system_fingerprint
+from dlbricks_tf.settings import RunSettings
+from dlbricks_tf.store import Store
+from tests import models
+
+LENGTH = 8
+VOCAB = 64
+TINY = {"vocabulary_size": VOCAB, "num_layers": 2, "hidden_dim": 16}
+BUILDERS = {
+    "bert": lambda: keras_hub.models.BertBackbone(
+        **TINY, num_heads=2, intermediate_dim=32, max_sequence_length=16
+    ),
+    "gpt2": lambda: keras_hub.models.GPT2Backbone(
+        **TINY, num_heads=2, intermediate_dim=32, max_sequence_length=16
+    ),
+    # A Llama-family decoder: RMSNorm, rotary embeddings, grouped queries.
+    "mistral": lambda: keras_hub.models.MistralBackbone(
+        **TINY, num_query_heads=2, num_key_value_heads=1, intermediate_dim=32
+    ),
+}
+
+
+@pytest.fixture(scope="module")
+def backbones(tmp_path_factory):
+    """{name: (model, path of its .keras file)}."""
+    folder = tmp_path_factory.mktemp("hub")
+    out = {}
+    for name, build in BUILDERS.items():
+        keras.utils.set_random_seed(0)
+        model = build()
+        path = folder / f"{name}.keras"
+        model.save(path)
+        out[name] = (model, path)
+    return out
+
+
+def _inputs(model) -> list:
+    rng = np.random.default_rng(0)
+    arrays = []
+    for tensor in keras.tree.flatten(model.input):
+        name = tensor.name
+        if "mask" in name:
+            arrays.append(np.ones((2, LENGTH), "int32"))
+        elif "segment" in name:
+            arrays.append(rng.integers(0, 2, (2, LENGTH)).astype("int32"))
+        else:
+            arrays.append(rng.integers(0, VOCAB, (2, LENGTH)).astype("int32"))
+    return arrays
+
+
+@pytest.mark.parametrize("name", list(BUILDERS))
+def test_backbone_decomposes_and_its_bricks_reproduce_it(backbones, name):
+    model, path = backbones[name]
+    shapes = {"*": (LENGTH,)}
+    for g in (1, 2, 3):
+        d = dlbricks_tf.decompose(model, g, input_shapes=shapes)
+        models.check_decomposition(d, g)
+        assert all(None not in s.shape for b in d.bricks for s in b.inputs)
+        got, want = models.bricks_reproduce(model, d, _inputs(model))
+        for gv, wv in zip(got, want, strict=True):
+            np.testing.assert_allclose(gv, wv, rtol=1e-4, atol=1e-4)
+    # From the file: rebuilt from its class, the same bricks.
+    from_file = dlbricks_tf.decompose(path, 1, input_shapes=shapes)
+    in_memory = dlbricks_tf.decompose(model, 1, input_shapes=shapes)
+    assert [b.signature for b in from_file.bricks] == [
+        b.signature for b in in_memory.bricks
+    ]
+    longer = dlbricks_tf.decompose(model, 1, input_shapes={"*": (2 * LENGTH,)})
+    changed = {b.signature for b in longer.bricks} - {
+        b.signature for b in in_memory.bricks
+    }
+    assert changed, "the length is part of the signatures"
+    assert longer.bricks[-1].build(1).inputs[0].shape[1] == 2 * LENGTH
+
+
+def test_bad_input_shapes_are_named(backbones):
+    model, _ = backbones["gpt2"]
+    with pytest.raises(dlbricks_tf.DecompositionError, match="no input named"):
+        dlbricks_tf.decompose(model, 1, input_shapes={"tokens": (8,)})
+    with pytest.raises(dlbricks_tf.DecompositionError, match="does not fit"):
+        dlbricks_tf.decompose(model, 1, input_shapes={"*": (8, 2)})
+
+
+def test_subclassed_model_keeps_its_error():
+    class Sub(keras.Model):
+        def call(self, x):
+            return x
+
+    with pytest.raises(dlbricks_tf.DecompositionError, match="subclassed"):
+        dlbricks_tf.decompose(Sub(), 1)
+
+
+def test_suite_exports_valid_onnx_and_times_on_both_backends(
+    backbones, tmp_path
+):
+    ds = {
+        name: dlbricks_tf.decompose(m, 1, input_shapes={"*": (LENGTH,)})
+        for name, (m, _) in backbones.items()
+    }
+    summary = export.export_suite(suite.build_suite(ds), tmp_path / "suite")
+    assert summary.no_onnx == (), summary.no_onnx_reasons
+    loaded = suite_dir.load_suite(tmp_path / "suite")
+    options = timing.TimingOptions(min_samples=3, max_samples=5)
+    fp = system_fingerprint()
+    for backend in ("onnxruntime", "tf"):
+        settings = RunSettings.default(1, intra_op_threads=1, backend=backend)
+        measure = suite_bench.measurer(settings, options, check_settings=False)
+        with Store(tmp_path / "s.sqlite") as store:
+            result = bench.time_suite(
+                loaded, store, settings, fp, measure=measure
+            )
+        assert result.failed == (), result.failed
+        assert set(result.timed) == set(loaded.signatures)
+
+
+def test_command_line_cuts_a_backbone_file_at_two_lengths(backbones):
+    from tests.cli import dlbricks
+
+    _, path = backbones["gpt2"]
+    listed = {}
+    for length in (LENGTH, 2 * LENGTH):
+        proc = dlbricks(
+            "decompose", "--import=keras_hub", f"--models={path}",
+            f"--input_shape=*:{length}",
+        )  # fmt: skip
+        assert proc.returncode == 0, proc.stderr
+        listed[length] = proc.stdout
+    d = dlbricks_tf.decompose(path, 1, input_shapes={"*": (LENGTH,)})
+    assert all(b.signature in listed[LENGTH] for b in d.bricks)
+    assert any(b.signature not in listed[2 * LENGTH] for b in d.bricks)
+    proc = dlbricks("decompose", f"--models={path}", "--input_shape=*:x")
+    assert proc.returncode == 2 and "--input_shape takes" in proc.stderr
+
+
+if __name__ == "__main__":
+    raise SystemExit(pytest.main([__file__, "-q"]))
