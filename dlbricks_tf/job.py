@@ -77,7 +77,10 @@ class ModelSource:
 
         # The file's sizes, nesting and layer count are checked first (see
         # dlbricks_tf.limits): Keras reads whatever the file holds.
-        config = loading.read_config(self.path)
+        try:
+            config = loading.read_config(self.path)
+        except errors.Error as e:
+            raise ModelSourceError(str(e)) from e
         try:
             if self.path.endswith(".json"):
                 return keras.saving.deserialize_keras_object(

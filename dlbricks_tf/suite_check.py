@@ -38,7 +38,8 @@ from dlbricks_tf import suite_dir
 # Ops of the serving functions Keras bricks export to: every op of the
 # traced `serving_default` of the 40 keras.applications models, of the
 # test models, and of the other built-in Keras layers, activations and
-# common `keras.ops` (float32 and mixed precision), plus the call and
+# common `keras.ops` (float32 and mixed precision), BroadcastTo (the
+# keras_hub-style backbones of tests/hub_test.py), plus the call and
 # variable plumbing of a TF2 SavedModel. Built by tracing them (see
 # docs/untrusted-files.md); an op outside it refuses the brick.
 COMPUTE_OPS = frozenset(
@@ -53,6 +54,7 @@ COMPUTE_OPS = frozenset(
         "AvgPool3D",
         "BatchMatMulV2",
         "BiasAdd",
+        "BroadcastTo",
         "Bitcast",
         "BitwiseAnd",
         "Bucketize",
