@@ -162,6 +162,11 @@ def walk(model_entry: dict) -> Graph:
         DecompositionError: the entry is not a Functional or Sequential config
             (a subclassed model), or its graph is inconsistent.
     """
+    if not isinstance(model_entry, dict):
+        raise DecompositionError(
+            f"A model config must be a JSON object, not "
+            f"{type(model_entry).__name__}."
+        )
     config = model_entry.get("config")
     name = config.get("name", "model") if isinstance(config, dict) else "model"
     if not is_model_entry(model_entry):
@@ -171,8 +176,17 @@ def walk(model_entry: dict) -> Graph:
             "Rebuild it with the Functional API or keras.Sequential."
         )
     walker = _Walker()
-    outputs = walker.model(model_entry, prefix="", bound=None)
-    return walker.freeze(name, outputs)
+    try:
+        outputs = walker.model(model_entry, prefix="", bound=None)
+        return walker.freeze(name, outputs)
+    except (KeyError, IndexError, TypeError, ValueError, AttributeError) as e:
+        # A config from a file may be malformed in any field; the walk
+        # reads it as Keras writes it, so say so in one line.
+        text = " ".join(str(e).split())[:200]
+        raise DecompositionError(
+            f"Model '{name}' has a malformed config ({type(e).__name__}: "
+            f"{text}); save the model again with Keras."
+        ) from e
 
 
 def _tensor_spec(tensor_config: dict) -> TensorSpec | None:

@@ -68,15 +68,23 @@ class ModelSource:
 
         Raises:
             ModelSourceError: If the file cannot be loaded.
+            LoadError: If the file is unreadable or over a limit of
+                `dlbricks_tf.limits`.
         """
         if self.path is None:
             return corpus.application(self.name)
         import keras
 
+        from dlbricks_tf import loading
+
+        # The file's sizes, nesting and layer count are checked first (see
+        # dlbricks_tf.limits): Keras reads whatever the file holds.
+        try:
+            config = loading.read_config(self.path)
+        except errors.Error as e:
+            raise ModelSourceError(str(e)) from e
         try:
             if self.path.endswith(".json"):
-                with open(self.path, encoding="utf-8") as f:
-                    config = json.load(f)
                 return keras.saving.deserialize_keras_object(
                     config, safe_mode=safe_mode
                 )

@@ -4,6 +4,10 @@ Only the config is read: a `.keras` archive's `config.json`, an `.h5` file's
 `model_config` attribute, or a config JSON file. No weight is loaded, so a
 private model's weights never need to leave its file.
 
+A model file may come from anyone: every size is checked against
+`dlbricks_tf.limits` before the bytes are read (a `.keras` member's
+uncompressed size, a config's size, its JSON nesting, its layer count).
+
 A Functional subclass whose `get_config()` holds its constructor arguments
 instead of its layer graph (keras_hub's backbones: `BertBackbone`,
 `GPT2Backbone`, `GemmaBackbone`, ...) is walked through its live graph,
@@ -16,9 +20,9 @@ no weight is read), which is why its module must have been imported
 from __future__ import annotations
 
 import dataclasses
-import json
 import os
 import zipfile
+import zlib
 from collections.abc import Mapping
 from typing import Any
 
@@ -27,6 +31,7 @@ from keras.src.models import functional as functional_lib
 from keras.src.ops import function as function_lib
 from keras.src.saving import serialization_lib
 
+from dlbricks_tf import limits
 from dlbricks_tf.errors import DecompositionError, LoadError
 
 
@@ -224,6 +229,18 @@ def _collect_classes(model: keras.Model, prefix: str, out: dict) -> None:
             out[name] = type(op)
 
 
+def read_config(path: str | os.PathLike) -> dict:
+    """The serialized model a file holds, as written, within the limits.
+
+    Nothing is rebuilt: `{"class_name": ..., "config": {...}}` as read.
+
+    Raises:
+        LoadError: the file is missing, corrupt, of an unknown kind or over
+            a limit of `dlbricks_tf.limits`.
+    """
+    return _read_file(os.fspath(path))
+
+
 def _read_file(path: str) -> dict:
     if not os.path.exists(path):
         raise LoadError(f"Model file '{path}' does not exist.")
@@ -241,13 +258,39 @@ def _read_file(path: str) -> dict:
 
 
 def _read_keras(path: str) -> dict:
+    what = f"Model file {path!r}"
     try:
         with zipfile.ZipFile(path) as archive:
-            text = archive.read("config.json")
-    except (zipfile.BadZipFile, KeyError, OSError) as e:
+            # Sizes from the archive's directory, checked before any byte
+            # is inflated; the read itself stops at the limit too, in case
+            # the directory lies.
+            for info in archive.infolist():
+                limits.check_bytes(
+                    "member_bytes",
+                    info.file_size,
+                    f"{what}: member {info.filename!r}",
+                    LoadError,
+                )
+            info = archive.getinfo("config.json")
+            limits.check_bytes(
+                "file_bytes", info.file_size, f"{what}: config.json", LoadError
+            )
+            with archive.open(info) as member:
+                text = limits.read_capped(
+                    member, "file_bytes", f"{what}: config.json", LoadError
+                )
+    except (zipfile.BadZipFile, KeyError, OSError, EOFError) as e:
         raise LoadError(
             f"Model file '{path}' is not a readable .keras archive "
-            f"(truncated or corrupt: {e}); save it again with model.save()."
+            f"(truncated or corrupt: {_first_line(e)}); save it again with "
+            "model.save()."
+        ) from e
+    except (NotImplementedError, RuntimeError, ValueError, zlib.error) as e:
+        # An unsupported compression or encryption, a corrupt stream.
+        raise LoadError(
+            f"Model file '{path}' is not a readable .keras archive "
+            f"({type(e).__name__}: {_first_line(e)}); save it again with "
+            "model.save()."
         ) from e
     return _parse(text, path)
 
@@ -255,51 +298,110 @@ def _read_keras(path: str) -> dict:
 def _read_h5(path: str) -> dict:
     import h5py  # Only .h5 files need it.
 
+    what = f"Model file {path!r}: model_config"
     try:
         with h5py.File(path, "r") as f:
-            text = f.attrs.get("model_config")
-    except OSError as e:
+            if "model_config" not in f.attrs:
+                text = None
+            else:
+                attribute = f.attrs.get_id("model_config")
+                # A fixed-length string's size is known before reading it;
+                # a variable-length one is stored in the file, so it is
+                # never larger than the file, and is checked once read.
+                if attribute.dtype.kind == "S":
+                    limits.check_bytes(
+                        "file_bytes",
+                        attribute.dtype.itemsize
+                        * _product(attribute.shape or ()),
+                        what,
+                        LoadError,
+                    )
+                text = f.attrs.get("model_config")
+    except (OSError, KeyError, ValueError, TypeError, RuntimeError) as e:
         raise LoadError(
             f"Model file '{path}' is not a readable HDF5 file (truncated or "
-            "corrupt); save it again with model.save()."
+            f"corrupt: {_first_line(e)}); save it again with model.save()."
         ) from e
     if text is None:
         raise LoadError(
             f"Model file '{path}' holds no model config (weights only?); "
             "save the whole model with model.save('model.h5')."
         )
+    if not isinstance(text, str | bytes):
+        raise LoadError(
+            f"Model file '{path}' holds a model_config that is not text "
+            f"({type(text).__name__}); save it again with model.save()."
+        )
     return _parse(text, path)
 
 
 def _read_json(path: str) -> dict:
+    what = f"Model file {path!r}"
     try:
         with open(path, "rb") as f:
-            text = f.read()
+            limits.check_bytes(
+                "file_bytes", os.fstat(f.fileno()).st_size, what, LoadError
+            )
+            text = limits.read_capped(f, "file_bytes", what, LoadError)
     except OSError as e:
         raise LoadError(f"Model file '{path}' cannot be read: {e}.") from e
     return _parse(text, path)
 
 
 def _parse(text: str | bytes, path: str) -> dict:
-    if isinstance(text, bytes):
-        text = text.decode("utf-8", errors="replace")
-    try:
-        data = json.loads(text)
-    except json.JSONDecodeError as e:
-        raise LoadError(
-            f"Model file '{path}' holds malformed JSON ({e}); export the "
-            "config again with model.to_json()."
-        ) from e
+    data = limits.parse_json(
+        text,
+        f"Model file {path!r}",
+        LoadError,
+        "; it holds malformed JSON: export the config again with "
+        "model.to_json()",
+    )
     if not isinstance(data, dict):
         raise LoadError(
             f"Model file '{path}' does not hold a Keras model config."
         )
     if "class_name" in data and isinstance(data.get("config"), dict):
-        return data
-    if isinstance(data.get("layers"), list):
+        entry = data
+    elif isinstance(data.get("layers"), list):
         kind = "Functional" if "input_layers" in data else "Sequential"
-        return {"class_name": kind, "config": data}
-    raise LoadError(
-        f"Model file '{path}' does not hold a Keras model config (no "
-        "'class_name'/'config' or 'layers'); export it with model.to_json()."
+        entry = {"class_name": kind, "config": data}
+    else:
+        raise LoadError(
+            f"Model file '{path}' does not hold a Keras model config (no "
+            "'class_name'/'config' or 'layers'); export it with "
+            "model.to_json()."
+        )
+    limits.check_count(
+        "layers", count_layers(entry), f"Model file {path!r}", LoadError
     )
+    return entry
+
+
+def count_layers(entry: Any) -> int:
+    """Layer entries in a serialized model, nested models' included.
+
+    Iterative (a stack, not recursion): the JSON depth limit already bounds
+    the nesting, but a count should not depend on it.
+    """
+    count, stack = 0, [entry]
+    while stack:
+        node = stack.pop()
+        config = node.get("config") if isinstance(node, dict) else None
+        layers = config.get("layers") if isinstance(config, dict) else None
+        if not isinstance(layers, list):
+            continue
+        count += len(layers)
+        stack.extend(layers)
+    return count
+
+
+def _product(shape: tuple[int, ...]) -> int:
+    result = 1
+    for n in shape:
+        result *= int(n)
+    return result
+
+
+def _first_line(e: BaseException) -> str:
+    text = str(e).strip()
+    return text.splitlines()[0] if text else type(e).__name__

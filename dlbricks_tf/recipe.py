@@ -31,7 +31,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, Protocol
 
-from dlbricks_tf import errors
+from dlbricks_tf import errors, limits
 from dlbricks_tf.split import SPLITS, split_name
 
 FORMAT = "dlbricks-recipe"
@@ -157,20 +157,20 @@ def load(path: str | os.PathLike) -> Recipe:
             version, or its fields are malformed; one line naming the file.
     """
     shown = repr(str(path))
+    what = f"Recipe {shown}"
     try:
-        text = Path(path).read_text("utf-8")
+        with open(path, "rb") as f:
+            limits.check_bytes(
+                "file_bytes", os.fstat(f.fileno()).st_size, what, RecipeError
+            )
+            text = limits.read_capped(f, "file_bytes", what, RecipeError)
     except FileNotFoundError:
         raise RecipeError(
             f"Recipe {shown} does not exist: check the path given to --recipe."
         ) from None
-    except (OSError, UnicodeDecodeError) as e:
+    except OSError as e:
         raise RecipeError(f"Cannot read recipe {shown}: {e}") from e
-    try:
-        data = json.loads(text)
-    except ValueError as e:
-        raise RecipeError(
-            f"Recipe {shown} is not valid JSON ({e}); {_AGAIN}"
-        ) from e
+    data = limits.parse_json(text, what, RecipeError, f"; {_AGAIN[:-1]}")
     if not isinstance(data, dict) or data.get("format") != FORMAT:
         found = data.get("format") if isinstance(data, dict) else None
         raise RecipeError(
@@ -184,6 +184,8 @@ def load(path: str | os.PathLike) -> Recipe:
             f"dlbricks_tf reads version {FORMAT_VERSION}: upgrade "
             f"dlbricks_tf or {_AGAIN}"
         )
+    if isinstance(data.get("bricks"), list):
+        limits.check_count("bricks", len(data["bricks"]), what, RecipeError)
     problem = _problem(data)
     if problem:
         raise RecipeError(f"Recipe {shown}: {problem}; {_AGAIN}")

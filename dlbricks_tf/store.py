@@ -233,10 +233,11 @@ class Store:
                     "store, or its header is corrupt); it was not modified. "
                     "Give another file, or restore this one from a copy."
                 ) from e
+            reason = " ".join(str(e).split())  # SQLite quotes schema lines.
             raise StoreError(
-                f"Store {self.path!r} cannot be read ({e}): it is corrupt or "
-                "not a store, and was not modified. Restore it from a copy "
-                "or give another file."
+                f"Store {self.path!r} cannot be read ({reason}): it is "
+                "corrupt or not a store, and was not modified. Restore it "
+                "from a copy or give another file."
             ) from e
         finally:
             db.close()
@@ -542,16 +543,19 @@ class Store:
             " r.settings_key ORDER BY r.signature, r.settings_key,"
             " r.fingerprint_id"
         )
-        return [
-            {
-                "signature": r[0],
-                "settings": json.loads(r[1]),
-                "fingerprint_id": r[2],
-                "reason": r[3],
-                "created": r[4],
-            }
-            for r in rows
-        ]
+        try:
+            return [
+                {
+                    "signature": r[0],
+                    "settings": json.loads(r[1]),
+                    "fingerprint_id": r[2],
+                    "reason": r[3],
+                    "created": r[4],
+                }
+                for r in rows
+            ]
+        except (ValueError, TypeError) as e:
+            raise self._malformed(e) from e
 
     def put_model(
         self,
@@ -588,15 +592,26 @@ class Store:
         )
         out = []
         for row in rows:
-            fp = json.loads(row[2])
-            record = {column: row[0], "settings": json.loads(row[1])}
-            record["fingerprint"] = fp
-            record["fingerprint_id"] = SystemFingerprint.from_dict(fp).id
+            try:
+                fp = json.loads(row[2])
+                record = {column: row[0], "settings": json.loads(row[1])}
+                record["fingerprint"] = fp
+                record["fingerprint_id"] = SystemFingerprint.from_dict(fp).id
+            except (ValueError, TypeError, KeyError, AttributeError) as e:
+                raise self._malformed(e) from e
             record.update(zip(_STATS, row[3:-1], strict=True))
             record["noisy"] = bool(record["noisy"])
             record["created"] = row[-1]
             out.append(record)
         return out
+
+    def _malformed(self, e: Exception) -> StoreError:
+        """A row whose settings or fingerprint JSON another program broke."""
+        reason = " ".join(str(e).split())[:200]
+        return StoreError(
+            f"Store {self.path!r} holds a malformed settings or fingerprint "
+            f"row ({type(e).__name__}: {reason}); restore it from a copy."
+        )
 
     def export_json(self, path: str | Path) -> None:
         """Writes {"schema_version", "bricks", "models", "failed_bricks"}."""

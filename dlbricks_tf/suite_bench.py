@@ -24,11 +24,12 @@ Example:
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable
 from typing import Any
 
 from dlbricks_tf import settings as settings_lib
-from dlbricks_tf import suite_dir, timing
+from dlbricks_tf import suite_check, suite_dir, timing
 from dlbricks_tf.stats import Timing
 
 
@@ -37,14 +38,25 @@ def measurer(
     options: timing.TimingOptions | None = None,
     *,
     check_settings: bool = True,
+    suite_folder: str | None = None,
+    unsafe: bool = False,
 ) -> Callable[[suite_dir.SuiteDirEntry], Timing]:
     """Returns a function timing one suite brick on `settings.backend`.
+
+    Before a brick is loaded, its files are checked as data
+    (`dlbricks_tf.suite_check`): a brick whose SavedModel holds an op
+    Keras bricks do not export to, whose ONNX file uses another operator
+    domain or external data outside its folder, or whose files link out
+    of the suite folder is refused and never runs.
 
     Args:
         settings: Run settings in force in this process; `backend` picks
             the SavedModel (tf) or the ONNX file (onnxruntime).
         options: Sampling options, as for bricks cut in memory.
         check_settings: Verify TensorFlow's thread pools first (tf only).
+        suite_folder: The suite folder no brick file may link out of
+            (default: each brick's own folder).
+        unsafe: Skip the checks: only for a suite the user trusts.
 
     Returns:
         measure(entry) -> Timing.
@@ -52,12 +64,20 @@ def measurer(
     Raises:
         MeasurementError: When called, if the brick cannot be timed (e.g.
             no ONNX file for it, or ONNX Runtime missing).
+        RefusedBrickError: When called, if the brick fails a check.
     """
+
+    def check(entry: suite_dir.SuiteDirEntry) -> None:
+        if not unsafe:
+            root = suite_folder or os.path.dirname(entry.saved_model)
+            suite_check.require(entry, root, settings.backend)
+
     if settings.backend == "onnxruntime":
 
         def measure(entry: suite_dir.SuiteDirEntry) -> Timing:
             from dlbricks_tf import ort_timing
 
+            check(entry)
             if entry.onnx is None:
                 why = entry.onnx_error or "tf2onnx could not convert it"
                 raise timing.MeasurementError(
@@ -75,6 +95,7 @@ def measurer(
         return measure
 
     def measure_tf(entry: suite_dir.SuiteDirEntry) -> Timing:
+        check(entry)
         model = suite_dir.load_saved_model(entry, settings.batch_size)
         return timing.time_model(
             model,
@@ -88,28 +109,42 @@ def measurer(
 
 
 def builder(
-    settings: settings_lib.RunSettings, source: str = "keras"
+    settings: settings_lib.RunSettings,
+    source: str = "saved_model",
+    *,
+    suite_folder: str | None = None,
+    unsafe: bool = False,
 ) -> Callable[[suite_dir.SuiteDirEntry], Any]:
     """Returns entry -> runnable `keras.Model`, for chains on TF.
 
+    Every brick is checked first, as by `measurer`, unless `unsafe`.
+
     Args:
         settings: Run settings (their batch size).
-        source: "keras": the brick rebuilt from its `.keras` file (fresh
-            layers from their configs, Keras's safe mode: no code from
-            the file runs); "saved_model": its SavedModel in a
-            `keras.layers.TFSMLayer`, as `measurer` times it.
+        source: "saved_model": the brick's SavedModel in a
+            `keras.layers.TFSMLayer`, as `measurer` times it (needs no
+            code of the suite's author: a custom layer is in the graph);
+            "keras": the brick rebuilt from its `.keras` file (fresh layers
+            from their configs in Keras's safe mode; a custom layer needs
+            its module imported, `--import`).
+        suite_folder: The suite folder no brick file may link out of.
+        unsafe: Skip the checks: only for a suite the user trusts.
+
+    Raises:
+        ValueError: For an unknown `source`.
     """
-    if source == "saved_model":
-        return lambda entry: suite_dir.load_saved_model(
-            entry, settings.batch_size
-        )
-    if source != "keras":
+    if source not in ("saved_model", "keras"):
         raise ValueError(
-            "source must be 'keras' or 'saved_model'. "
+            "source must be 'saved_model' or 'keras'. "
             f"Received: source={source!r}"
         )
 
     def build(entry: suite_dir.SuiteDirEntry) -> Any:
-        return suite_dir.load_keras_brick(entry, settings.batch_size)
+        if not unsafe:
+            root = suite_folder or os.path.dirname(entry.saved_model)
+            suite_check.require(entry, root, settings.backend)
+        if source == "keras":
+            return suite_dir.load_keras_brick(entry, settings.batch_size)
+        return suite_dir.load_saved_model(entry, settings.batch_size)
 
     return build

@@ -21,14 +21,13 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
-import json
 import os
 import re
 from collections.abc import Mapping
 from pathlib import Path, PurePosixPath
 from typing import Any
 
-from dlbricks_tf import errors
+from dlbricks_tf import errors, limits
 from dlbricks_tf.split import SPLITS
 
 FORMAT = "dlbricks-suite"
@@ -217,21 +216,21 @@ def load_suite(folder: str | os.PathLike, *, verify: bool = True) -> SuiteDir:
             f"Suite folder {str(root)!r} does not exist: check the path, or "
             "write one with `dlbricks export`."
         )
+    what = f"Manifest {str(path)!r}"
     try:
-        text = path.read_text("utf-8")
+        with open(path, "rb") as f:
+            limits.check_bytes(
+                "file_bytes", os.fstat(f.fileno()).st_size, what, SuiteError
+            )
+            text = limits.read_capped(f, "file_bytes", what, SuiteError)
     except FileNotFoundError:
         raise SuiteError(
             f"Suite folder {str(root)!r} has no {MANIFEST}: it is not a "
             f"suite, or its export did not finish; {_AGAIN}"
         ) from None
-    except (OSError, UnicodeDecodeError) as e:
+    except OSError as e:
         raise SuiteError(f"Cannot read {str(path)!r}: {e}; {_AGAIN}") from e
-    try:
-        manifest = json.loads(text)
-    except ValueError as e:
-        raise SuiteError(
-            f"{str(path)!r} is not valid JSON ({e}); {_AGAIN}"
-        ) from e
+    manifest = limits.parse_json(text, what, SuiteError, f"; {_AGAIN[:-1]}")
     if not isinstance(manifest, dict) or manifest.get("format") != FORMAT:
         raise SuiteError(
             f"{str(path)!r} is not a {FORMAT} manifest (format "
@@ -248,6 +247,7 @@ def load_suite(folder: str | os.PathLike, *, verify: bool = True) -> SuiteDir:
     bricks = manifest.get("bricks")
     if not isinstance(bricks, list):
         raise SuiteError(f"{str(path)!r} has no 'bricks' list; {_AGAIN}")
+    limits.check_count("bricks", len(bricks), what, SuiteError)
     entries = []
     seen: set[str] = set()
     for i, raw in enumerate(bricks):
@@ -357,9 +357,17 @@ def read_entry(
             continue
         target = digest_file(path, key)
         shown = os.path.relpath(target, root)
-        if not target.is_file():
+        try:
+            present = target.is_file()
+            variables = (Path(path) / "variables").is_dir()
+        except OSError as e:  # A name too long for the file system.
+            raise SuiteError(
+                f"{name}: file {shown[:100]} cannot be opened ({e.strerror})"
+                f"; {_AGAIN}"
+            ) from e
+        if not present:
             raise SuiteError(f"{name}: file {shown} is missing; {_AGAIN}")
-        if key == "saved_model" and not (Path(path) / "variables").is_dir():
+        if key == "saved_model" and not variables:
             raise SuiteError(
                 f"{name}: folder {os.path.relpath(path, root)}/variables is "
                 f"missing; {_AGAIN}"

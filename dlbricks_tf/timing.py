@@ -44,7 +44,7 @@ import keras
 import numpy as np
 import tensorflow as tf
 
-from dlbricks_tf import errors, stats, synthetic, timing_loop
+from dlbricks_tf import errors, memory, stats, synthetic, timing_loop
 from dlbricks_tf import settings as settings_lib
 
 
@@ -257,26 +257,42 @@ class Timer(AdaptiveSampling):
         except ValueError as e:
             raise MeasurementError(str(e)) from e
         input_copies = max(1, self.options.input_copies)
-        models = [model] + [
-            _fresh_copy(model) for _ in range(self.options.weight_copies - 1)
-        ]
-        self._copies = max(input_copies, len(models))  # Calls per iteration.
-        if id_bounds is None:
-            sets = [
-                synthetic.synthetic_inputs(
-                    model, settings.batch_size, seed=self.options.seed + c
-                )
-                for c in range(input_copies)
+        # Refused in one line before anything batch-sized is allocated.
+        memory.check(
+            model,
+            settings.batch_size,
+            input_copies=input_copies,
+            weight_copies=self.options.weight_copies,
+        )
+        try:
+            models = [model] + [
+                _fresh_copy(model)
+                for _ in range(self.options.weight_copies - 1)
             ]
-        else:
-            sets = _arrays_with_bounds(
-                model, specs, id_bounds, input_copies, self.options.seed
-            )
-        self._input_sets = sets
-        self._inputs = [
-            tf.constant(np.stack([s[n] for s in sets]))
-            for n in range(len(specs))
-        ]
+            self._copies = max(input_copies, len(models))  # Per iteration.
+            if id_bounds is None:
+                sets = [
+                    synthetic.synthetic_inputs(
+                        model, settings.batch_size, seed=self.options.seed + c
+                    )
+                    for c in range(input_copies)
+                ]
+            else:
+                sets = _arrays_with_bounds(
+                    model, specs, id_bounds, input_copies, self.options.seed
+                )
+            self._input_sets = sets
+            self._inputs = [
+                tf.constant(np.stack([s[n] for s in sets]))
+                for n in range(len(specs))
+            ]
+        except (MemoryError, tf.errors.ResourceExhaustedError) as e:
+            raise memory.MemoryLimitError(
+                f"Model {model.name!r} does not fit in memory at batch size "
+                f"{settings.batch_size:,}: {type(e).__name__}: "
+                f"{str(e).strip().splitlines()[0] if str(e).strip() else ''}"
+                "; use a smaller --batch_size."
+            ) from e
         self._run = timing_loop.sampled_function(
             models, specs, input_copies, settings.jit_compile
         )

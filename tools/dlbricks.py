@@ -169,10 +169,11 @@ _CHAIN_LINKS = flags.DEFINE_integer(
 )
 _SUITE_BRICKS = flags.DEFINE_enum(
     "suite_bricks",
-    "keras",
-    ["keras", "saved_model"],
-    "bench --suite on TF with chains: rebuild each brick from its .keras "
-    "file (safe mode, no code from the suite runs) or load its SavedModel.",
+    "saved_model",
+    ["saved_model", "keras"],
+    "bench --suite on TF with chains: load each brick's SavedModel (checked "
+    "op by op, needs none of the author's code) or rebuild it from its "
+    ".keras file (Keras safe mode; a custom layer needs --import).",
 )
 _CHAIN_ORDER = flags.DEFINE_enum(
     "chain_order",
@@ -253,6 +254,49 @@ _UNSAFE = flags.DEFINE_bool(
     "unsafe_deserialization",
     False,
     "Allow Lambda layers from model files (runs code from the file).",
+)
+# Limits on files from someone else (dlbricks_tf.limits); the defaults are
+# far above the largest keras.applications configs.
+_MAX_FILE_MB = flags.DEFINE_integer(
+    "max_file_mb",
+    64,
+    "Largest JSON document read from a file: a model config (.json, a "
+    ".keras archive's config.json, an .h5 file's model_config), a suite's "
+    "manifest, a recipe (MiB).",
+    lower_bound=1,
+)
+_MAX_MEMBER_MB = flags.DEFINE_integer(
+    "max_member_mb",
+    16384,
+    "Largest uncompressed member of a .keras archive, checked before it "
+    "is inflated (MiB).",
+    lower_bound=1,
+)
+_MAX_JSON_DEPTH = flags.DEFINE_integer(
+    "max_json_depth",
+    100,
+    "Deepest nesting of JSON arrays and objects read from a file.",
+    lower_bound=1,
+)
+_MAX_LAYERS = flags.DEFINE_integer(
+    "max_layers",
+    100_000,
+    "Most layers a model file may hold, nested models included.",
+    lower_bound=1,
+)
+_MAX_BRICKS = flags.DEFINE_integer(
+    "max_bricks",
+    100_000,
+    "Most bricks a suite manifest or a recipe may list.",
+    lower_bound=1,
+)
+_UNSAFE_SUITE = flags.DEFINE_bool(
+    "unsafe_suite",
+    False,
+    "bench --suite: run the suite's SavedModels and ONNX files without "
+    "first checking their graphs (only allow-listed ops, no external data "
+    "or symlink leaving the suite folder). Only for a suite you trust: a "
+    "SavedModel is a program, and running it can read or write files.",
 )
 _SUITE = flags.DEFINE_string(
     "suite",
@@ -640,7 +684,7 @@ def _bench_suite_dir(folder: str) -> None:
     """bench --suite: time an exported suite folder, no model needed."""
     import dataclasses
 
-    from dlbricks_tf import bench, suite_bench, suite_dir
+    from dlbricks_tf import bench, suite_bench, suite_check, suite_dir
     from dlbricks_tf.fingerprint import system_fingerprint
 
     _, db, _ = _paths()
@@ -660,14 +704,34 @@ def _bench_suite_dir(folder: str) -> None:
     if shard.count > 1:
         suite = suite.shard(shard.index, shard.count)
         part = f"{len(suite)} of the suite's {part}"
+    label = f"suite {folder} on {settings.backend}"
+    if _UNSAFE_SUITE.value:
+        print(f"{label}: not checked (--unsafe_suite)", flush=True)
+    else:
+        refused = suite_check.refusals(suite, settings.backend)
+        print(
+            f"{label}: checked {len(suite)} bricks, refused {len(refused)}"
+            + (" (recorded as failed, not run)" if refused else ""),
+            flush=True,
+        )
     measure = build = None
     if settings.protocol == "chain":
-        build = suite_bench.builder(settings, _SUITE_BRICKS.value)
+        build = suite_bench.builder(
+            settings,
+            _SUITE_BRICKS.value,
+            suite_folder=suite.folder,
+            unsafe=_UNSAFE_SUITE.value,
+        )
     else:
-        measure = suite_bench.measurer(settings, brick_options)
+        measure = suite_bench.measurer(
+            settings,
+            brick_options,
+            suite_folder=suite.folder,
+            unsafe=_UNSAFE_SUITE.value,
+        )
     with _open_store(db) as store, bench.StopSignals() as stop:
         failed = _time_suite(
-            f"suite {folder} on {settings.backend}",
+            label,
             part,
             suite,
             store,
@@ -1038,11 +1102,27 @@ def _cmd_analyze(sources, gs, safe_mode) -> None:
     print(f"TensorBoard: tensorboard --logdir {tb}", flush=True)
 
 
+def _set_limits() -> None:
+    from dlbricks_tf import limits
+
+    limits.set_limits(
+        limits.Limits(
+            file_bytes=_MAX_FILE_MB.value * limits.MIB,
+            member_bytes=_MAX_MEMBER_MB.value * limits.MIB,
+            json_depth=_MAX_JSON_DEPTH.value,
+            layers=_MAX_LAYERS.value,
+            bricks=_MAX_BRICKS.value,
+        )
+    )
+
+
 def _main(argv: list[str]) -> None:
     from dlbricks_tf import job, user_modules
 
     # Before any model is read: the modules register the user's layers.
     user_modules.import_modules(_IMPORT.value)
+
+    _set_limits()
 
     command, *rest = argv[1:] or ["run"]
     if command not in COMMANDS:
@@ -1136,6 +1216,28 @@ def main(argv: list[str]) -> None:
             _exit(str(e), 1)
         except OSError as e:  # The machine's, not a bug: disk full, access.
             _exit(f"{e.filename or ''} {e.strerror or e}".strip(), 1)
+        except MemoryError as e:  # numpy's allocation errors derive from it.
+            _exit(f"Out of memory: {_first_line(e)}; {_SMALLER}", 1)
+        except Exception as e:
+            if not _is_resource_exhausted(e):
+                raise
+            _exit(
+                f"Out of memory in TensorFlow: {_first_line(e)}; {_SMALLER}", 1
+            )
+
+
+_SMALLER = "use a smaller --batch_size, or fewer copies (--input_copies)."
+
+
+def _first_line(e: BaseException) -> str:
+    text = str(e).strip()
+    return text.splitlines()[0] if text else type(e).__name__
+
+
+def _is_resource_exhausted(e: BaseException) -> bool:
+    """Whether `e` is TensorFlow's out-of-memory error (if TF is loaded)."""
+    tf = sys.modules.get("tensorflow")
+    return tf is not None and isinstance(e, tf.errors.ResourceExhaustedError)
 
 
 def _exit(message: str, code: int) -> None:
