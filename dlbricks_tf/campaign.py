@@ -2,8 +2,8 @@
 
 `time_chains` takes the bricks to time (each with a builder, so only one
 chain's bricks are alive at a time), groups them into chains of at most
-`TimingOptions.chain_links` bricks and `MAX_CHAIN_BYTES` of weights and
-inputs, and times each chain as one traced function
+`TimingOptions.chain_links` bricks and `MAX_CHAIN_BYTES` of estimated
+memory (`dlbricks_tf.memory`), and times each chain as one traced function
 (`dlbricks_tf.chain.ChainTimer`). A chain is sampled in rounds until the
 estimates of the models that use its bricks are known to the options'
 precision (`dlbricks_tf.precision.chain_verdict`), or a cap is hit; then
@@ -30,21 +30,19 @@ Example:
 from __future__ import annotations
 
 import dataclasses
-import math
 import random
 import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-import numpy as np
-
-from dlbricks_tf import precision
+from dlbricks_tf import memory, precision
 from dlbricks_tf import settings as settings_lib
 from dlbricks_tf.stats import Timing
 from dlbricks_tf.timing import TimingOptions
 
-# Weights and inputs of one chain's bricks, at most (one brick may exceed
-# it alone): bounds the campaign's memory whatever the corpus.
+# What one chain's bricks need (weights, inputs, largest activations; see
+# `dlbricks_tf.memory.estimate`), at most (one brick may exceed it alone):
+# bounds the campaign's memory whatever the corpus.
 MAX_CHAIN_BYTES = 512 * 2**20
 ORDERS = ("model", "shuffled")
 # Errors that are no brick's fault: they stop the campaign, never a brick.
@@ -102,17 +100,6 @@ def ordered(
     if order == "shuffled":
         random.Random(seed).shuffle(result)
     return result
-
-
-def _bytes(model: Any, batch_size: int) -> int:
-    """Bytes of a built brick's weights and synthetic inputs (estimate)."""
-    total = 0
-    for w in model.weights:
-        total += math.prod(w.shape) * np.dtype(w.dtype).itemsize
-    for x in model.inputs:
-        size = batch_size * math.prod(d or 1 for d in x.shape[1:])
-        total += size * np.dtype(x.dtype).itemsize
-    return total
 
 
 def time_chains(
@@ -246,6 +233,11 @@ def time_chains(
         start = time.perf_counter()
         try:
             model = brick.build()
+            # Refused in one line before anything batch-sized is allocated;
+            # what it needs also bounds the chain's size.
+            grow = memory.check(
+                model, settings.batch_size, what=f"Brick {brick.key}"
+            ).total
         except _NOT_A_BRICK_FAULT:
             raise
         except Exception as e:  # Keras and TF raise many types.
@@ -256,7 +248,6 @@ def time_chains(
             continue
         finally:
             clock["setup"] += time.perf_counter() - start
-        grow = _bytes(model, settings.batch_size)
         if pending and (
             len(pending) >= options.chain_links or size + grow > MAX_CHAIN_BYTES
         ):
