@@ -120,7 +120,7 @@ _PROTOCOL = flags.DEFINE_enum(
     "--chain_links bricks) or one traced loop each.",
 )
 _CHAIN_LINKS = flags.DEFINE_integer(
-    "chain_links", 64, "Bricks per chain, at most.", lower_bound=1
+    "chain_links", 128, "Bricks per chain, at most.", lower_bound=1
 )
 _CHAIN_ORDER = flags.DEFINE_enum(
     "chain_order", "model", ["model", "shuffled"], "Order of chained bricks."

@@ -99,7 +99,7 @@ class TimingOptions:
     weight_copies: int = 1
     subtract_loop_overhead: bool = True
     seed: int = 0
-    chain_links: int = 64
+    chain_links: int = 128
     chain_order: str = "model"
 
 

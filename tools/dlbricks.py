@@ -162,7 +162,7 @@ _PROTOCOL = flags.DEFINE_enum(
 )
 _CHAIN_LINKS = flags.DEFINE_integer(
     "chain_links",
-    64,
+    128,
     "Bricks in one chain, at most (--protocol=chain): more bricks share "
     "one trace; fewer bound the memory of a chain.",
     lower_bound=1,
