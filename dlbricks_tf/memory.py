@@ -140,12 +140,53 @@ def check(
         The estimate.
     """
     need = estimate(model, batch_size, input_copies, weight_copies)
+    return require(need, batch_size, what or f"Model {model.name!r}", available)
+
+
+def check_specs(
+    what: str,
+    batch_size: int,
+    weight_bytes: int,
+    inputs,
+    outputs,
+    *,
+    available: int | None = None,
+) -> Estimate:
+    """`check` for a brick known by its specs alone (an ONNX file).
+
+    Args:
+        what: How to name the brick.
+        batch_size: The batch size it will run at.
+        weight_bytes: Its weights (the file's size is an upper bound).
+        inputs: (shape with batch first, dtype) of each input.
+        outputs: The same of each output; the largest stands in for the
+            largest activation.
+        available: Bytes available (default: `available_bytes()`).
+    """
+
+    def batched(shape):
+        return (batch_size, *tuple(shape)[1:]) if shape else shape
+
+    largest = max((_bytes(batched(s), d) for s, d in outputs), default=0)
+    largest = max([largest] + [_bytes(batched(s), d) for s, d in inputs])
+    need = Estimate(
+        weights=weight_bytes,
+        inputs=sum(_bytes(batched(s), d) for s, d in inputs)
+        * _INPUT_COPIES_HELD,
+        activations=largest * _ACTIVATIONS_HELD,
+    )
+    return require(need, batch_size, what, available)
+
+
+def require(
+    need: Estimate, batch_size: int, what: str, available: int | None = None
+) -> Estimate:
+    """Raises `MemoryLimitError` if `need` exceeds the memory available."""
     if available is None:
         available = available_bytes()
     if available is not None and need.total > available * MARGIN:
-        name = what or f"Model {model.name!r}"
         raise MemoryLimitError(
-            f"{name} needs about {_gib(need.total)} at batch size "
+            f"{what} needs about {_gib(need.total)} at batch size "
             f"{batch_size:,} (weights {_gib(need.weights)}, inputs "
             f"{_gib(need.inputs)}, activations {_gib(need.activations)}), "
             f"more than {MARGIN:.0%} of the {_gib(available)} available; "

@@ -28,8 +28,8 @@ import os
 from collections.abc import Callable
 from typing import Any
 
+from dlbricks_tf import memory, suite_check, suite_dir, timing
 from dlbricks_tf import settings as settings_lib
-from dlbricks_tf import suite_check, suite_dir, timing
 from dlbricks_tf.stats import Timing
 
 
@@ -84,6 +84,14 @@ def measurer(
                     f"Brick {entry.signature} has no ONNX file in its suite "
                     f"({why}); time it with --backend=tf."
                 )
+            # Refused in one line before a session allocates anything.
+            memory.check_specs(
+                f"Brick {entry.signature}",
+                settings.batch_size,
+                os.path.getsize(entry.onnx),
+                [(i.shape, i.dtype) for i in entry.inputs],
+                [(o.shape, o.dtype) for o in entry.outputs],
+            )
             return ort_timing.time_onnx(
                 entry.onnx,
                 settings,

@@ -54,6 +54,22 @@ def test_check_refuses_in_one_line():
     assert "--batch_size" in message
 
 
+def test_an_onnx_brick_is_checked_from_its_specs():
+    inputs = [((None, 224, 224, 3), "float32")]
+    outputs = [((None, 112, 112, 32), "float32")]
+    need = memory.check_specs(
+        "Brick ab12", 2, 4096, inputs, outputs, available=1 << 40
+    )
+    # Inputs held three times, the largest tensor three times.
+    assert need.weights == 4096
+    assert need.inputs == 3 * 2 * 224 * 224 * 3 * 4
+    assert need.activations == 3 * 2 * 112 * 112 * 32 * 4  # The output.
+    with pytest.raises(memory.MemoryLimitError, match="Brick ab12 needs"):
+        memory.check_specs(
+            "Brick ab12", 10**9, 4096, inputs, outputs, available=1 << 30
+        )
+
+
 def test_timer_refuses_before_allocating_inputs():
     settings = settings_lib.RunSettings.default(10**12, intra_op_threads=1)
     with pytest.raises(memory.MemoryLimitError, match="batch size"):
