@@ -157,7 +157,12 @@ def _run_granularity(
         log=lambda line: logging.info("%s", line),
     )
     if settings.protocol == "chain":
-        repeat = _recheck_chains(result, settings, brick_options)
+        # A chain times every brick at once: any --recheck re-times them all.
+        repeat = (
+            _recheck_chains(result, settings, brick_options)
+            if _RECHECK.value
+            else {}
+        )
     else:
         repeat = _recheck(result.suite, result.results, settings, brick_options)
     return result.runs, {**result.corpus, **repeat}
