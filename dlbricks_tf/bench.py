@@ -192,6 +192,7 @@ def time_suite(
     skipped = tuple(s for s in suite.signatures if s not in wanted)
     timed, noisy, remeasured, failed = [], [], [], []
     stopped = False
+
     for entry in suite.entries:
         if entry.signature not in wanted:
             continue
@@ -206,11 +207,15 @@ def time_suite(
         except StoreError:
             raise
         except Exception as e:  # Keras, TF and ORT raise many types.
-            reason = failure_reason(e)
-            store.put_failure(entry.signature, settings, fingerprint, reason)
-            failed.append((entry.signature, reason))
-            if on_failure is not None:
-                on_failure(entry.signature, reason)
+            _record_failure(
+                store,
+                settings,
+                fingerprint,
+                entry.signature,
+                e,
+                failed,
+                on_failure,
+            )
             continue
         store.put(entry.signature, settings, fingerprint, result)
         timed.append(entry.signature)
@@ -283,11 +288,9 @@ def _time_chained(
     def fail(signature: str, error: BaseException) -> None:
         if isinstance(error, StoreError):
             raise error
-        reason = failure_reason(error)
-        store.put_failure(signature, settings, fingerprint, reason)
-        failed.append((signature, reason))
-        if on_failure is not None:
-            on_failure(signature, reason)
+        _record_failure(
+            store, settings, fingerprint, signature, error, failed, on_failure
+        )
 
     summary = campaign.time_chains(
         campaign.ordered(bricks, options.chain_order, options.seed),
@@ -308,6 +311,23 @@ def _time_chained(
         stopped=summary.stopped,
         failed=tuple(failed),
     )
+
+
+def _record_failure(
+    store: Store,
+    settings: settings_lib.RunSettings,
+    fingerprint: SystemFingerprint,
+    signature: str,
+    error: BaseException,
+    failed: list[tuple[str, str]],
+    on_failure: Callable[[str, str], None] | None,
+) -> None:
+    """Stores a brick as failed, with its reason; lists it; tells the caller."""
+    reason = failure_reason(error)
+    store.put_failure(signature, settings, fingerprint, reason)
+    failed.append((signature, reason))
+    if on_failure is not None:
+        on_failure(signature, reason)
 
 
 def failure_reason(error: BaseException) -> str:
