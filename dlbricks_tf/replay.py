@@ -173,31 +173,41 @@ def infer_missing_specs(
     for c in graph.calls:
         if not any(t in needed and specs[t] is None for t in c.outputs):
             continue
-        unknown = [t for t in c.inputs if specs[t] is None]
-        if unknown:
-            raise DecompositionError(
-                f"The input shape of layer '{c.name}' is unknown; give the "
-                "model a keras.Input with a shape."
-            )
-        symbolic = [
-            keras.KerasTensor((None, *specs[t].shape), dtype=specs[t].dtype)
-            for t in c.inputs
-        ]
-        try:
-            outputs = output_specs(factory.create(c), c.node, symbolic)
-        except DecompositionError:
-            raise
-        except Exception as e:
-            raise DecompositionError(
-                f"Layer '{c.name}' ({c.class_name}) fails on its recorded "
-                f"input shapes: {_first_line(e)}"
-            ) from e
-        for slot, t in zip(c.output_slots, c.outputs, strict=True):
-            out = outputs[slot]
-            specs[t] = graph_lib.TensorSpec(
-                tuple(out.shape[1:]), str(out.dtype)
-            )
+        _replay_specs(c, specs, factory, "its recorded input shapes")
     return dataclasses.replace(graph, specs=tuple(specs))
+
+
+def _replay_specs(
+    c: graph_lib.Call,
+    specs: list[graph_lib.TensorSpec | None],
+    factory: LayerFactory,
+    shapes: str,
+) -> None:
+    """Replays call `c` symbolically; writes its outputs' specs in place.
+
+    `shapes` names the input shapes in the error of a layer that fails.
+    """
+    if any(specs[t] is None for t in c.inputs):
+        raise DecompositionError(
+            f"The input shape of layer '{c.name}' is unknown; give the "
+            "model a keras.Input with a shape."
+        )
+    symbolic = [
+        keras.KerasTensor((None, *specs[t].shape), dtype=specs[t].dtype)
+        for t in c.inputs
+    ]
+    try:
+        outputs = output_specs(factory.create(c), c.node, symbolic)
+    except DecompositionError:
+        raise
+    except Exception as e:
+        raise DecompositionError(
+            f"Layer '{c.name}' ({c.class_name}) fails on {shapes}: "
+            f"{_first_line(e)}"
+        ) from e
+    for slot, t in zip(c.output_slots, c.outputs, strict=True):
+        out = outputs[slot]
+        specs[t] = graph_lib.TensorSpec(tuple(out.shape[1:]), str(out.dtype))
 
 
 def with_input_shapes(
@@ -256,29 +266,7 @@ def with_input_shapes(
     for c in graph.calls:
         if all(specs[t] is not None for t in c.outputs):
             continue
-        if any(specs[t] is None for t in c.inputs):
-            raise DecompositionError(
-                f"The input shape of layer '{c.name}' is unknown; give the "
-                "model a keras.Input with a shape."
-            )
-        symbolic = [
-            keras.KerasTensor((None, *specs[t].shape), dtype=specs[t].dtype)
-            for t in c.inputs
-        ]
-        try:
-            outputs = output_specs(factory.create(c), c.node, symbolic)
-        except DecompositionError:
-            raise
-        except Exception as e:
-            raise DecompositionError(
-                f"Layer '{c.name}' ({c.class_name}) fails on the input "
-                f"shapes given: {_first_line(e)}"
-            ) from e
-        for slot, t in zip(c.output_slots, c.outputs, strict=True):
-            out = outputs[slot]
-            specs[t] = graph_lib.TensorSpec(
-                tuple(out.shape[1:]), str(out.dtype)
-            )
+        _replay_specs(c, specs, factory, "the input shapes given")
     return dataclasses.replace(graph, specs=tuple(specs))
 
 
