@@ -220,10 +220,6 @@ def _session(source, model_name: str):
         import onnxruntime as ort
     except ImportError:
         return None  # Checked where it runs; the ONNX checker has passed.
-    # Warnings of ONNX Runtime's process-wide logger (one about a telemetry
-    # file it cannot write where HOME is read-only, as under Bazel) would
-    # reach the user's stderr; errors still do.
-    ort.set_default_logger_severity(3)
     options = ort.SessionOptions()
     options.intra_op_num_threads = 1
     options.inter_op_num_threads = 1

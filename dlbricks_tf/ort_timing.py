@@ -146,7 +146,6 @@ def session_for(
         2
     """
     ort = _onnxruntime()
-    ort.set_default_logger_severity(3)  # Errors only, process-wide too.
     options = ort.SessionOptions()
     options.intra_op_num_threads = settings.intra_op_threads
     options.inter_op_num_threads = settings.inter_op_threads
