@@ -1,13 +1,13 @@
 """Chain timing: many bricks in one traced `tf.function`, timed per link.
 
 A chain is a list of bricks (built Keras models) run one after another in
-one `tf.while_loop`. Each loop iteration calls every brick once, in order,
-with a `tf.timestamp()` between consecutive bricks: a brick's ops depend
-(control) on the stamp before it, and the stamp after it depends on the
-brick's outputs, so the time between two stamps is the brick's, plus what
-reading a stamp and handing over to the next op costs (the link cost).
-The durations of each link are summed over the iterations of a sample in
-the graph; one `tf.function` call returns one sample of every link.
+one traced function. One call of it is one pass over the chain: every brick
+once, in order, with a `tf.timestamp()` between consecutive bricks. Each
+brick starts after the stamp before it, and the stamp after it depends on
+the brick's outputs, so the time between two stamps is the brick's, plus
+what reading a stamp and handing over to the next op costs (the link cost).
+One sample of every link is the mean over enough passes to last
+`TARGET_SAMPLE_MS` (one pass for most chains).
 
 Why a chain and not a loop per brick: the trace, the grappler pass and the
 instantiation of a `tf.function` cost a fixed 20-250 ms whatever it holds,
@@ -50,17 +50,17 @@ from dlbricks_tf.timing_loop import pack_inputs
 
 # Empty links per chain: enough for a steady median of the link cost.
 EMPTY_LINKS = 8
-# Wanted length of one sample (one call): the stamps have microsecond
-# resolution, so a short chain runs several iterations per sample.
+# Wanted length of one sample: the stamps have microsecond resolution, so
+# a short chain runs several passes per sample.
 TARGET_SAMPLE_MS = 20.0
-MAX_ITERATIONS = 1000
+MAX_PASSES = 200
 
 
 class ChainTimer:
     """Times a chain of bricks, one sample of every link per call.
 
     The first `sample()` traces the chain, warms it up and chooses the
-    iterations per sample. `samples(signature)` and `result(...)` give a
+    passes per sample. `samples(signature)` and `result(...)` give a
     brick's per-call samples and summary, link cost subtracted.
 
     Args:
@@ -147,7 +147,7 @@ class ChainTimer:
 
     @property
     def iterations(self) -> int:
-        """Chain iterations per sample (0 before the first sample)."""
+        """Passes over the chain per sample (0 before the first sample)."""
         return self._n
 
     @property
@@ -171,9 +171,11 @@ class ChainTimer:
         return stats.median(self._empty) if self._empty else 0.0
 
     def _call(self, n: int) -> np.ndarray:
-        """Per-call ms of every link (bricks and empty) of one sample."""
-        sums = self._run(self._inputs, tf.constant(n))
-        return sums.numpy() * 1e3 / n
+        """Per-pass ms of every link (bricks and empty), over n passes."""
+        sums = self._run(self._inputs)[0].numpy()
+        for _ in range(n - 1):
+            sums = sums + self._run(self._inputs)[0].numpy()
+        return sums * 1e3 / n
 
     def _prepare(self) -> None:
         start = time.perf_counter()
@@ -183,13 +185,13 @@ class ChainTimer:
         self._n = int(
             min(
                 max(math.ceil(self._target_ms / per_iteration), 1),
-                MAX_ITERATIONS,
+                MAX_PASSES,
             )
         )
         self._prepare_s = time.perf_counter() - start
 
     def sample(self) -> None:
-        """Takes one sample of every link (one call of the chain)."""
+        """Takes one sample of every link (`iterations` passes)."""
         if not self._n:
             self._prepare()
         start = time.perf_counter()
@@ -250,90 +252,110 @@ def _chain_function(
     specs: Sequence[Sequence[tuple[tuple[int, ...], str]]],
     layout: Sequence[int | None],
 ):
-    """Returns f(inputs, n) -> per-link durations summed over n iterations.
+    """Returns f(inputs) -> the duration of every link in one pass.
 
     `inputs` is the flat list of every brick's inputs, in chain order, then
     one float32 for the empty links, each with an outer dimension of 1
     (the slice that orders a link after its stamp). The result is float64
     seconds, one entry per link of `layout`.
+
+    One pass, no `tf.while_loop`: a loop body captures every weight of
+    every brick as a loop variable, which doubled both the trace and the
+    first call (graph optimisation and instantiation) of a chain. Passes
+    are repeated by the caller; what runs between two calls is outside
+    every link.
     """
     signature = [
-        [
-            tf.TensorSpec((1, *shape), dtype)
-            for model_specs in specs
-            for shape, dtype in model_specs
-        ]
-        + [tf.TensorSpec([1], tf.float32)],
-        tf.TensorSpec([], tf.int32),
-    ]
+        tf.TensorSpec((1, *shape), dtype)
+        for model_specs in specs
+        for shape, dtype in model_specs
+    ] + [tf.TensorSpec([1], tf.float32)]
     offsets = np.cumsum([0] + [len(s) for s in specs]).tolist()
 
-    @tf.function(input_signature=signature, autograph=False)
-    def run(inputs, n):
+    @tf.function(input_signature=[signature], autograph=False)
+    def run(inputs):
         scalar = inputs[-1]
-
-        def body(i, acc, sums):
+        # Slices share their index constants (see `_FirstElement`).
+        first = _FirstElement()
+        acc = tf.constant(0.0)
+        stamp = tf.timestamp()
+        stamps = []
+        for owner in layout:
+            # Untimed, between the previous link's end and this one's
+            # start: write the link's inputs afresh, as the layer before it
+            # would in a model (hot in cache, weights not). They depend on
+            # the previous stamp by data.
+            zero = tf.cast(tf.math.is_nan(stamp), tf.float32)
+            if owner is None:
+                flat = [scalar + zero]
+            else:
+                model = models[owner]
+                flat = [
+                    _plus(x, zero)
+                    for x in inputs[offsets[owner] : offsets[owner + 1]]
+                ]
+            with tf.control_dependencies(flat):
+                start = tf.timestamp()
+            # The link starts after its stamp. Only a slice of each input
+            # carries that edge: a control edge on the brick's own ops (or
+            # on an Identity, which grappler removes and whose edges it
+            # moves onto them) keeps grappler from fusing them (Sigmoid and
+            # Mul into Swish), as it fuses them in a model.
+            with tf.control_dependencies([start]):
+                flat = [first.of_outer(x) for x in flat]
+            if owner is None:
+                outputs = [flat[0] + 1.0]
+            else:
+                outputs = tf.nest.flatten(
+                    model(pack_inputs(model, flat), training=False)
+                )
             # Grappler turns a stateless op whose outputs feed only control
             # edges into a NoOp, so a brick's outputs are consumed by data:
             # one element of each is added to the accumulator before the
             # stamp that ends its link is read.
+            for y in outputs:
+                element = first.of_all(y)
+                if element.dtype != tf.float32:
+                    element = tf.cast(element, tf.float32)
+                acc = acc + element
             with tf.control_dependencies([acc]):
                 stamp = tf.timestamp()
-            stamps = []
-            for owner in layout:
-                # Untimed, between the previous link's end and this one's
-                # start: write the link's inputs afresh, as the layer
-                # before it would in a model (hot in cache, weights not).
-                # They depend on the previous stamp by data.
-                zero = tf.cast(tf.math.is_nan(stamp), tf.float32)
-                if owner is None:
-                    flat = [scalar + zero]
-                else:
-                    model = models[owner]
-                    flat = [
-                        _plus(x, zero)
-                        for x in inputs[offsets[owner] : offsets[owner + 1]]
-                    ]
-                with tf.control_dependencies(flat):
-                    start = tf.timestamp()
-                # The link starts after its stamp. Only a slice of each
-                # input carries that edge: a control edge on the brick's
-                # own ops (or on an Identity, which grappler removes and
-                # whose edges it moves onto them) keeps grappler from
-                # fusing them (Sigmoid and Mul into Swish), as it fuses
-                # them in a model.
-                with tf.control_dependencies([start]):
-                    flat = [x[0] for x in flat]
-                if owner is None:
-                    outputs = [flat[0] + 1.0]
-                else:
-                    outputs = tf.nest.flatten(
-                        model(pack_inputs(model, flat), training=False)
-                    )
-                for y in outputs:
-                    first = y[(0,) * len(y.shape)]
-                    if first.dtype != tf.float32:
-                        first = tf.cast(first, tf.float32)
-                    acc = acc + first
-                with tf.control_dependencies([acc]):
-                    stamp = tf.timestamp()
-                stamps += [start, stamp]
-            stamps = tf.stack(stamps)
-            return i + 1, acc, sums + (stamps[1::2] - stamps[0::2])
-
-        _, _, sums = tf.while_loop(
-            lambda i, acc, sums: i < n,
-            body,
-            (
-                tf.constant(0),
-                tf.constant(0.0),
-                tf.zeros([len(layout)], tf.float64),
-            ),
-            parallel_iterations=1,
-        )
-        return sums
+            stamps += [start, stamp]
+        stamps = tf.stack(stamps)
+        # The accumulator is returned, so that the bricks' outputs feed data
+        # out of the function (see above).
+        return stamps[1::2] - stamps[0::2], acc
 
     return run
+
+
+class _FirstElement:
+    """Static slices `x[0]` and `y[0, ..., 0]` over shared index constants."""
+
+    def __init__(self) -> None:
+        self._consts: dict[int, tuple[tf.Tensor, tf.Tensor, tf.Tensor]] = {}
+
+    def _indices(self, rank: int) -> tuple[tf.Tensor, tf.Tensor, tf.Tensor]:
+        if rank not in self._consts:
+            self._consts[rank] = (
+                tf.zeros([rank], tf.int32),
+                tf.ones([rank], tf.int32),
+                tf.ones([rank], tf.int32),
+            )
+        return self._consts[rank]
+
+    def of_outer(self, x: tf.Tensor) -> tf.Tensor:
+        """`x[0]`: the outermost dimension dropped."""
+        return tf.strided_slice(x, *self._indices(1), shrink_axis_mask=1)
+
+    def of_all(self, y: tf.Tensor) -> tf.Tensor:
+        """`y[0, ..., 0]`: the first element, as a scalar."""
+        rank = len(y.shape)
+        if rank == 0:
+            return y
+        return tf.strided_slice(
+            y, *self._indices(rank), shrink_axis_mask=(1 << rank) - 1
+        )
 
 
 def _plus(x: tf.Tensor, zero: tf.Tensor) -> tf.Tensor:
