@@ -1,0 +1,133 @@
+r"""Where a brick campaign's setup goes, per unique brick.
+
+The setup of a campaign is what no sampling cap shortens: building each
+brick (a fresh `keras.Model` from its layer configs), its synthetic inputs,
+the memory check, tracing its chain (`dlbricks_tf.chain`), and the chain's
+first call (grappler, instantiation, oneDNN primitives) and warm-up call.
+This script runs `dlbricks_tf.campaign.time_chains` on the unique bricks
+of the given models, with three samples per chain, and prints the seconds
+of each part per unique brick (wall-clock, this process alone).
+
+Usage:
+    python -m benchmarks.setup_cost --models=MobileNetV2,EfficientNetB0 \
+        --granularity=1 --intra_op_threads=1
+"""
+
+from __future__ import annotations
+
+import collections
+import contextlib
+import functools
+import time
+
+from absl import app, flags
+
+_MODELS = flags.DEFINE_list(
+    "models", ["MobileNetV2", "ResNet50", "EfficientNetB0"],
+    "keras.applications model names.",
+)  # fmt: skip
+_G = flags.DEFINE_integer("granularity", 1, "G.", lower_bound=1)
+_INTRA = flags.DEFINE_integer(
+    "intra_op_threads", 1, "Intra-op threads.", lower_bound=1
+)
+
+
+@contextlib.contextmanager
+def _timed(owner, name: str, seconds: collections.Counter, part: str):
+    """Adds the wall-clock of every call of owner.name to seconds[part]."""
+    original = getattr(owner, name)
+
+    @functools.wraps(original)
+    def wrapper(*args, **kwargs):
+        start = time.perf_counter()
+        try:
+            return original(*args, **kwargs)
+        finally:
+            seconds[part] += time.perf_counter() - start
+
+    setattr(owner, name, wrapper)
+    try:
+        yield
+    finally:
+        setattr(owner, name, original)
+
+
+def main(argv: list[str]) -> None:
+    del argv
+    from dlbricks_tf import settings as settings_lib
+
+    settings = settings_lib.RunSettings(
+        batch_size=1, intra_op_threads=_INTRA.value, inter_op_threads=1
+    )
+    settings_lib.configure_threads(_INTRA.value, 1)
+    import keras
+
+    from dlbricks_tf import brick, campaign, chain, corpus, memory, synthetic
+    from dlbricks_tf.decompose import decompose
+    from dlbricks_tf.timing import TimingOptions
+
+    bricks = {}
+    for name in _MODELS.value:
+        model = corpus.application(name)
+        for b in decompose(model, _G.value).bricks:
+            bricks.setdefault(b.signature, b)
+        del model
+        keras.backend.clear_session()
+    chained = [
+        campaign.ChainedBrick(key, functools.partial(b.build, 1))
+        for key, b in bricks.items()
+    ]
+    seconds: collections.Counter = collections.Counter()
+    original_prepare = chain.ChainTimer._prepare
+
+    def prepare(timer):  # Trace and first call apart, then the rest.
+        start = time.perf_counter()
+        timer._run.get_concrete_function(timer._inputs)
+        seconds["trace"] += time.perf_counter() - start
+        start = time.perf_counter()
+        timer._call(1)
+        seconds["first call"] += time.perf_counter() - start
+        start = time.perf_counter()
+        original_prepare(timer)
+        seconds["warm-up calls"] += time.perf_counter() - start
+
+    with contextlib.ExitStack() as stack:
+        for owner, name, part in [
+            (brick.Brick, "build", "build"),
+            (memory, "check", "memory check"),
+            (synthetic, "synthetic_inputs", "synthetic inputs"),
+        ]:
+            stack.enter_context(_timed(owner, name, seconds, part))
+        chain.ChainTimer._prepare = prepare
+        stack.callback(setattr, chain.ChainTimer, "_prepare", original_prepare)
+        start = time.perf_counter()
+        summary = campaign.time_chains(
+            chained,
+            settings,
+            TimingOptions(min_samples=3, max_samples=3),
+            check_settings=False,
+        )
+        total = time.perf_counter() - start
+    n = len(chained)
+    print(
+        f"{n} unique bricks of {', '.join(_MODELS.value)} at G={_G.value}, "
+        f"{_INTRA.value} intra-op thread(s), {summary.chains} chain(s)\n"
+    )
+    print("| part | ms per unique brick |")
+    print("|---|---:|")
+    for part in [
+        "build",
+        "synthetic inputs",
+        "memory check",
+        "trace",
+        "first call",
+        "warm-up calls",
+    ]:
+        print(f"| {part} | {1e3 * seconds[part] / n:.1f} |")
+    sampling = summary.sampling_s
+    print(f"| (sampling, 3 samples) | {1e3 * sampling / n:.1f} |")
+    print(f"| all of time_chains | {1e3 * total / n:.1f} |")
+
+
+if __name__ == "__main__":
+    app.run(main)
