@@ -9,8 +9,13 @@ model's latency from its bricks (sequential and parallel). The command
 line's `run` and `benchmarks/accuracy.py` both call `run_granularity`.
 
 Models are named by `resolve_models`: `keras.applications` names or model
-files (`.keras`, `.h5`, config `.json`). Resolving does not import
-TensorFlow, so a caller can check names before fixing the thread pools.
+files (`.keras`, `.h5`, config `.json`), or built by a function of the
+caller's (`ModelSource.builder`, e.g. `corpus.hub_backbone`). Resolving
+does not import TensorFlow, so a caller can check names before fixing the
+thread pools. A model whose inputs leave dimensions open (a transformer's
+sequence length) is cut and timed at the sizes `input_shapes` gives; they
+are part of its name ("bert@128"), so the same model at two lengths keeps
+two results in the store.
 
 Example:
     configure_threads(settings.intra_op_threads, settings.inter_op_threads)
@@ -50,18 +55,77 @@ class ModelSourceError(errors.Error):
     """A model given by name or path cannot be found or loaded."""
 
 
+def shape_label(input_shapes: Mapping[str, Sequence[int]] | None) -> str:
+    """The suffix input shapes add to a model's name: "@128", "" for none.
+
+    "*" gives its dimensions alone, a named input NAME=DIMS; dimensions are
+    joined by "x" ("@token_ids=128,image=224x224x3"), names sorted.
+    """
+    if not input_shapes:
+        return ""
+
+    def dims(shape) -> str:
+        return "x".join(str(d) for d in shape)
+
+    parts = [dims(input_shapes["*"])] if "*" in input_shapes else []
+    parts += [
+        f"{name}={dims(shape)}"
+        for name, shape in sorted(input_shapes.items())
+        if name != "*"
+    ]
+    return "@" + ",".join(parts)
+
+
 @dataclasses.dataclass(frozen=True)
 class ModelSource:
-    """A model named on the command line: an application or a file.
+    """A model to cut and time: an application, a file, or a builder.
 
     Attributes:
         name: The name in reports and in the store (the application's name,
-            or the file's stem).
-        path: The model file, or None for a `keras.applications` name.
+            or the file's stem), with its input shapes if any ("bert@128").
+        path: The model file, or None.
+        builder: Returns the model, for a model built in code (it wins over
+            `name` as an application name); None for an application or a
+            file.
+        input_shapes: ((input name, shape without the batch), ...): the
+            sizes of the inputs' open dimensions the model is cut and
+            timed at; "*" names every input not named. Empty: as built.
     """
 
     name: str
     path: str | None = None
+    builder: Callable[[], Any] | None = dataclasses.field(
+        default=None, compare=False
+    )
+    input_shapes: tuple[tuple[str, tuple[int, ...]], ...] = ()
+
+    @property
+    def shapes(self) -> dict[str, tuple[int, ...]] | None:
+        """`input_shapes` as {input name: shape}, or None if there is none."""
+        return dict(self.input_shapes) or None
+
+    def at_shapes(
+        self, input_shapes: Mapping[str, Sequence[int]] | None
+    ) -> ModelSource:
+        """This model at fixed input shapes, named after them ("bert@128").
+
+        Nothing is checked here: a name or shape that does not fit the
+        model's inputs is refused when it is cut or timed.
+        """
+        if not input_shapes:
+            return self
+        builder = self.builder
+        if builder is None and self.path is None:
+            builder = functools.partial(corpus.application, self.name)
+        return dataclasses.replace(
+            self,
+            name=self.name + shape_label(input_shapes),
+            builder=builder,
+            input_shapes=tuple(
+                (name, tuple(int(d) for d in shape))
+                for name, shape in sorted(input_shapes.items())
+            ),
+        )
 
     def build(self, safe_mode: bool = True):
         """Returns the runnable `keras.Model` (weights are not needed).
@@ -71,6 +135,8 @@ class ModelSource:
             LoadError: If the file is unreadable or over a limit of
                 `dlbricks_tf.limits`.
         """
+        if self.builder is not None:
+            return self.builder()
         if self.path is None:
             return corpus.application(self.name)
         import keras
@@ -115,7 +181,8 @@ class ModelSource:
         """Decomposes the model; a file is read for its config only.
 
         `fuse` keeps fusion units whole and `input_shapes` fixes open input
-        dimensions (see `dlbricks_tf.decompose`).
+        dimensions (default: the source's own; see
+        `dlbricks_tf.decompose`).
         """
         from dlbricks_tf.decompose import decompose
 
@@ -125,20 +192,27 @@ class ModelSource:
             granularity,
             safe_mode=safe_mode,
             fuse=fuse,
-            input_shapes=input_shapes,
+            input_shapes=input_shapes or self.shapes,
         )
 
 
-def resolve_models(specs: Sequence[str]) -> list[ModelSource]:
+def resolve_models(
+    specs: Sequence[str],
+    input_shapes: Mapping[str, Sequence[int]] | None = None,
+) -> list[ModelSource]:
     """Turns names and paths into model sources, without importing Keras.
 
     Args:
         specs: `keras.applications` names (e.g. "ResNet50") or paths of
             `.keras`, `.h5` or config `.json` files.
+        input_shapes: Sizes of the models' open input dimensions,
+            {input name: shape without the batch} ("*": every input not
+            named); see `ModelSource.at_shapes`.
 
     Returns:
         One source per spec, in order; files named by their stem, made
-        unique with a suffix ("model", "model-2") when stems repeat.
+        unique with a suffix ("model", "model-2") when stems repeat, and
+        followed by the input shapes ("model@128").
 
     Raises:
         ModelSourceError: If there is no spec, a file does not exist, or a
@@ -173,7 +247,7 @@ def resolve_models(specs: Sequence[str]) -> list[ModelSource]:
             n += 1
             unique = f"{name}-{n}"
         taken.add(unique)
-        sources.append(ModelSource(unique, path))
+        sources.append(ModelSource(unique, path).at_shapes(input_shapes))
     return sources
 
 
@@ -229,6 +303,7 @@ def run_granularity(
 
     Every model is decomposed first (so the work is known), then built
     again, one at a time, to be timed: memory stays flat over a corpus.
+    A model with `input_shapes` is cut and timed at them.
 
     Args:
         sources: The models.
@@ -288,6 +363,7 @@ def run_granularity(
             granularity,
             safe_mode=safe_mode,
             fuse=fuse,
+            input_shapes=source.shapes,
         )
         del target
         keras.backend.clear_session()
@@ -424,6 +500,7 @@ def run_granularity(
             settings,
             options,
             check_settings=check_settings,
+            input_shapes=source.shapes,
         )
         rounds = ModelRounds(source.name, model_timer)
         if settings.protocol == "chain":
@@ -617,6 +694,9 @@ def measure_models(
 ) -> dict[str, Timing]:
     """Times every model end to end, one after another, into the store.
 
+    A model with `input_shapes` is timed at them, and stored under its
+    name, which names them ("bert@128").
+
     Returns:
         {model: timing}, in order.
     """
@@ -629,7 +709,11 @@ def measure_models(
         keras.backend.clear_session()
         model = source.build(safe_mode)
         measured[source.name] = timing.time_model(
-            model, settings, options, check_settings=check_settings
+            model,
+            settings,
+            options,
+            check_settings=check_settings,
+            input_shapes=source.shapes,
         )
         store.put_model(
             source.name, settings, fingerprint, measured[source.name]
@@ -653,7 +737,8 @@ def estimate_models(
 ) -> list[dict[str, Any]]:
     """Estimates every model from the store's brick timings.
 
-    `fuse` cuts the models as `run_granularity` did with it.
+    `fuse` cuts the models as `run_granularity` did with it; each model
+    is cut at its own `input_shapes`.
 
     Returns:
         One row per model: model, granularity, mode, estimated_ms, low_ms,

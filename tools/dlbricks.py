@@ -43,7 +43,9 @@ layer from the BatchNormalization and activation TensorFlow fuses into it
 (G then counts such units); bench and estimate with the same --fuse.
 --import=mypkg.layers (repeatable) imports a module of yours before any
 model is read, so the layers it registers load from model files; it runs
-that module's code. See --helpfull for every flag.
+that module's code. --input_shape=*:128 fixes open input dimensions (a
+transformer's sequence length) for cutting and timing alike; the models are
+then named after it (bert@128). See --helpfull for every flag.
 """
 
 from __future__ import annotations
@@ -247,8 +249,10 @@ _INPUT_SHAPE = flags.DEFINE_multi_string(
     "NAME:DIMS, the shape (batch left out) of a model input whose "
     "dimensions are open, e.g. --input_shape=token_ids:128 (repeatable); "
     "NAME * stands for every input not named: --input_shape=*:128 sets a "
-    "transformer's sequence length. For decompose, bench, estimate, export "
-    "and report --compare; the shape is part of every brick's signature.",
+    "transformer's sequence length. For every command but analyze: models "
+    "are cut, and run and measure time them, at these shapes. The shape is "
+    "part of every brick's signature and of each model's name in reports "
+    "and the store (bert@128).",
 )
 _UNSAFE = flags.DEFINE_bool(
     "unsafe_deserialization",
@@ -583,10 +587,9 @@ def _input_shapes() -> dict[str, tuple[int, ...]] | None:
 
 
 def _decompose(source, granularity: int, safe_mode: bool):
-    """Decomposes a model source as the flags say (--fuse, --input_shape)."""
-    return source.decompose(
-        granularity, safe_mode, _FUSE.value, input_shapes=_input_shapes()
-    )
+    """Decomposes a model source as the flags say (--fuse; --input_shape
+    is the source's own, see `job.resolve_models`)."""
+    return source.decompose(granularity, safe_mode, _FUSE.value)
 
 
 def _cmd_run(sources, gs, safe_mode) -> None:
@@ -1147,13 +1150,14 @@ def _main(argv: list[str]) -> None:
         from dlbricks_tf import corpus
 
         default = list(corpus.APPLICATIONS)
-    sources = job.resolve_models(_MODELS.value or default)
-    if _input_shapes() and command in ("run", "measure", "analyze"):
+    shapes = _input_shapes()
+    if shapes and command == "analyze":
         raise app.UsageError(
-            f"{command} times or reads whole models, whose input shapes "
-            "--input_shape does not change yet; use decompose, bench, "
-            "export and estimate with it."
+            "analyze reads models as they are saved; --input_shape is for "
+            "run, decompose, bench, measure, estimate, export and report "
+            "--compare."
         )
+    sources = job.resolve_models(_MODELS.value or default, shapes)
     gs = _granularities(_GRANULARITY.value)
     if command == "analyze" and len(gs) > 1:
         raise app.UsageError("analyze takes one --granularity.")
