@@ -17,6 +17,11 @@ sequence length) is cut and timed at the sizes `input_shapes` gives; they
 are part of its name ("bert@128"), so the same model at two lengths keeps
 two results in the store.
 
+A brick that cannot be built or timed does not stop the job: it is
+recorded as failed in the store with its reason (as `bench` does), the
+other bricks and models are timed, and the models that use it get no
+estimate; their rows name it, and a rerun tries it again.
+
 Example:
     configure_threads(settings.intra_op_threads, settings.inter_op_threads)
     sources = resolve_models(["MobileNetV2", "my_model.keras"])
@@ -272,6 +277,9 @@ class GranularityResult:
         remeasured: Bricks timed twice because the first timing did not
             settle (the more precise one is stored; noisy if neither
             settled).
+        failed: {signature: reason} of the bricks that could not be built
+            or timed (recorded as failed in the store); the models that
+            use them have no estimate.
     """
 
     runs: list[dict[str, Any]]
@@ -281,6 +289,7 @@ class GranularityResult:
     results: dict[str, Timing]
     measured: dict[str, Timing]
     remeasured: tuple[str, ...] = ()
+    failed: dict[str, str] = dataclasses.field(default_factory=dict)
 
 
 def run_granularity(
@@ -305,6 +314,12 @@ def run_granularity(
     again, one at a time, to be timed: memory stays flat over a corpus.
     A model with `input_shapes` is cut and timed at them.
 
+    A brick that cannot be built or timed is recorded as failed in the
+    store (`Store.put_failure`, with `bench.failure_reason`) and logged;
+    the other bricks and models are timed. A model that uses it is still
+    measured, but its row has no estimate (nan) and names the brick in
+    `failed_bricks`; the corpus figures are those of the other models.
+
     Args:
         sources: The models.
         granularity: G.
@@ -318,21 +333,25 @@ def run_granularity(
         safe_mode: Refuse Lambda layers from model files.
         check_settings: Verify `settings` against the process first.
         progress: Called with (model, timers done, timers total of this G)
-            as each brick or model finishes.
-        log: Called with one line per model.
+            as each brick or model finishes (or a brick fails).
+        log: Called with one line per model and one per failed brick.
         fuse: Keep fusion units whole (see `dlbricks_tf.decompose`).
 
     Returns:
         The rows of report.json (`runs`, `corpus`) and what they came from.
 
     Raises:
-        dlbricks_tf.Error: A model cannot be loaded, decomposed or timed.
+        dlbricks_tf.Error: A model cannot be loaded, decomposed or timed
+            end to end (raised once the bricks timed with it are stored).
+        StoreError: A result cannot be written.
     """
     import keras
 
     from dlbricks_tf import bench, campaign, timing
     from dlbricks_tf import estimate as estimate_lib
     from dlbricks_tf import suite as suite_lib
+    from dlbricks_tf.settings import ThreadPoolError
+    from dlbricks_tf.store import StoreError
 
     brick_options = brick_options or options
     log = log or (lambda line: None)
@@ -394,6 +413,17 @@ def run_granularity(
         store.put(key, settings, fingerprint, result)
         finished(name)
 
+    failed: dict[str, str] = {}
+
+    def fail(name: str, key: str, error: BaseException) -> None:
+        """Records a brick that cannot be built or timed; the rest go on."""
+        if isinstance(error, StoreError | ThreadPoolError):
+            raise error  # No brick's fault.
+        failed[key] = bench.failure_reason(error)
+        store.put_failure(key, settings, fingerprint, failed[key])
+        log(f"G={granularity} {name}: brick {key} failed: {failed[key]}")
+        finished(name)
+
     class ModelRounds:
         """Samples the whole model once per round of its bricks.
 
@@ -401,16 +431,27 @@ def run_granularity(
         does, so its median covers the same stretch of time as theirs (the
         machine drifts); samples past its own stopping point serve only
         that comparison, and are charged to neither wall clock.
+
+        An error of the whole model is kept and raised by `finish`, once
+        the bricks in flight are committed: a chain that samples the model
+        between its rounds must not take the model's fault for its own.
         """
 
         def __init__(self, name: str, timer: timing.Timer) -> None:
             self.name, self.timer, self.counted = name, timer, False
+            self.error: Exception | None = None
 
         def __call__(self) -> None:
-            if self.counted:
-                self.timer.sample()
+            if self.error is not None:
                 return
-            timed("end_to_end", self.timer.sample)
+            try:
+                if self.counted:
+                    self.timer.sample()
+                    return
+                timed("end_to_end", self.timer.sample)
+            except Exception as e:  # Keras and TF raise many types.
+                self.error = e
+                return
             if self.timer.done:
                 self.counted = True
                 finished(self.name)
@@ -418,21 +459,29 @@ def run_granularity(
         def finish(self) -> None:
             while not self.counted:
                 self()
+                if self.error is not None:
+                    raise self.error
 
     def time_looped(name, d, rounds: ModelRounds) -> int:
         brick_timers = {}
+        tried = 0
         for brick in d.bricks:
-            if brick.signature in results or brick.signature in brick_timers:
+            key = brick.signature
+            if key in results or key in brick_timers or key in failed:
                 continue
-            built = timed(setup, brick.build, settings.batch_size)
-            brick_timers[brick.signature] = timed(
-                setup,
-                timing.Timer,
-                built,
-                settings,
-                brick_options,
-                check_settings=check_settings,
-            )
+            tried += 1
+            try:
+                built = timed(setup, brick.build, settings.batch_size)
+                brick_timers[key] = timed(
+                    setup,
+                    timing.Timer,
+                    built,
+                    settings,
+                    brick_options,
+                    check_settings=check_settings,
+                )
+            except Exception as e:  # Keras and TF raise many types.
+                fail(name, key, e)
         pending = list(brick_timers.items())
         # Interleaved rounds: one batch of samples of each timer per round.
         # A brick that stops unsettled is measured once more (fresh
@@ -440,10 +489,15 @@ def run_granularity(
         # committed.
         while pending:
             rounds()
-            for _, timer in pending:
-                timed("campaign", timer.sample)
+            for key, timer in pending:
+                try:
+                    timed("campaign", timer.sample)
+                except Exception as e:  # Tracing fails on the first one.
+                    fail(name, key, e)
             left = []
             for key, timer in pending:
+                if key in failed:
+                    continue
                 if not timer.done:
                     left.append((key, timer))
                     continue
@@ -458,12 +512,12 @@ def run_granularity(
                 commit(name, key, result)
             pending = left
         clock["setup"] += sum(t.prepare_seconds for t in brick_timers.values())
-        return len(brick_timers)
+        return tried
 
     def time_chained(name, d, rounds: ModelRounds) -> int:
         fresh: dict[str, campaign.ChainedBrick] = {}
         for brick in d.bricks:
-            if brick.signature not in results:
+            if brick.signature not in results and brick.signature not in failed:
                 fresh.setdefault(
                     brick.signature,
                     campaign.ChainedBrick(
@@ -483,6 +537,7 @@ def run_granularity(
             between=rounds,
             on_result=functools.partial(commit, name),
             check_settings=check_settings,
+            on_failure=functools.partial(fail, name),
         )
         clock["setup"] += summary.setup_s
         clock["campaign"] += summary.setup_s + summary.sampling_s
@@ -503,45 +558,71 @@ def run_granularity(
             input_shapes=source.shapes,
         )
         rounds = ModelRounds(source.name, model_timer)
+        before = len(failed)
         if settings.protocol == "chain":
-            new_bricks = time_chained(source.name, d, rounds)
+            tried = time_chained(source.name, d, rounds)
         else:
-            new_bricks = time_looped(source.name, d, rounds)
+            tried = time_looped(source.name, d, rounds)
+        new_bricks = tried - (len(failed) - before)
         rounds.finish()
         measured[source.name] = model_timer.result()
         store.put_model(
             source.name, settings, fingerprint, measured[source.name]
         )
-        runs.append(
-            _row(source.name, granularity, settings, measured, results, d)
+        row = _row(
+            source.name, granularity, settings, measured, results, d, failed
         )
-        runs[-1]["new_unique_bricks"] = new_bricks
-        row = runs[-1]
+        row["new_unique_bricks"] = new_bricks
+        runs.append(row)
+        if row["failed_bricks"]:
+            shown = "; ".join(
+                f"{s}: {r}" for s, r in list(row["failed_bricks"].items())[:3]
+            )
+            estimate_text = (
+                f"not estimated, {len(row['failed_bricks'])} brick(s) "
+                f"failed ({shown})"
+            )
+        else:
+            estimate_text = (
+                f"estimated {row['estimated_ms']:.3f} ms "
+                f"(x{row['normalized']:.3f}, "
+                f"+-{100 * row['estimate_precision']:.1f}%)"
+            )
         log(
             f"G={granularity} {source.name}: measured "
-            f"{row['measured_ms']:.3f} ms, estimated "
-            f"{row['estimated_ms']:.3f} ms (x{row['normalized']:.3f}, "
-            f"+-{100 * row['estimate_precision']:.1f}%), "
+            f"{row['measured_ms']:.3f} ms, {estimate_text}, "
             f"{row['bricks']} bricks, {new_bricks} timed"
         )
         del model, model_timer, rounds
-    normalized = [r["normalized"] for r in runs]
+    estimable = [r for r in runs if not math.isnan(r["estimated_ms"])]
+    normalized = [r["normalized"] for r in estimable]
+    # The speed-up of the models that have an estimate, over their bricks.
+    used = {
+        b.signature
+        for r in estimable
+        for b in decompositions[r["model"]].bricks
+    }
     corpus_row = {
         "granularity": granularity,
         "geomean_normalized": geomean(normalized),
-        "min_normalized": min(normalized),
-        "max_normalized": max(normalized),
-        "speedup": estimate_lib.speedup(
-            {n: t.median_ms for n, t in measured.items()},
-            {s: results[s].median_ms for s in suite.signatures},
+        "min_normalized": min(normalized, default=math.nan),
+        "max_normalized": max(normalized, default=math.nan),
+        "speedup": (
+            estimate_lib.speedup(
+                {r["model"]: measured[r["model"]].median_ms for r in estimable},
+                {s: results[s].median_ms for s in used},
+            )
+            if estimable
+            else math.nan
         ),
         "split": split_name(fuse),
         "campaign_wall_s": clock["campaign"],
         "campaign_setup_s": clock["setup"],
-        "bricks_timed": total - len(sources),
+        "bricks_timed": total - len(sources) - len(failed),
         "end_to_end_wall_s": clock["end_to_end"],
         "unique_bricks": len(suite),
         "total_bricks": suite.total_bricks,
+        "failed_bricks": len(failed),
     }
     return GranularityResult(
         runs,
@@ -551,22 +632,49 @@ def run_granularity(
         results,
         measured,
         tuple(first_noisy),
+        dict(failed),
     )
 
 
-def _row(name, g, settings, measured, results, d) -> dict[str, Any]:
+def _row(name, g, settings, measured, results, d, failed) -> dict[str, Any]:
+    """A report row; without a timing of every brick, no estimate (nan).
+
+    `failed_bricks` holds {signature: reason} of the model's bricks in
+    `failed`.
+    """
     from dlbricks_tf import estimate as estimate_lib
     from dlbricks_tf import precision
 
-    seq = estimate_lib.estimate(d, results, "sequential")
-    par = estimate_lib.estimate(d, results, "parallel")
     m = measured[name]
-    return {
+    signatures = dict.fromkeys(b.signature for b in d.bricks)
+    row = {
         "model": name,
         "granularity": g,
         "split": split_name(d.fuse),
         "batch_size": settings.batch_size,
         "measured_ms": m.median_ms,
+        "measured_noisy": m.noisy,
+        "dispatch_ms": m.dispatch_ms,
+        "bricks": len(d.bricks),
+        "failed_bricks": {s: failed[s] for s in signatures if s in failed},
+    }
+    if any(s not in results for s in signatures):
+        nan = math.nan
+        return {
+            **row,
+            "estimated_ms": nan,
+            "estimated_parallel_ms": nan,
+            "normalized": nan,
+            "normalized_min": nan,
+            "estimated_low_ms": nan,
+            "estimated_high_ms": nan,
+            "noisy_bricks": 0,
+            "estimate_precision": nan,
+        }
+    seq = estimate_lib.estimate(d, results, "sequential")
+    par = estimate_lib.estimate(d, results, "parallel")
+    return {
+        **row,
         "estimated_ms": seq.ms,
         "estimated_parallel_ms": par.ms,
         "normalized": seq.ms / m.median_ms if m.median_ms > 0 else math.inf,
@@ -578,10 +686,7 @@ def _row(name, g, settings, measured, results, d) -> dict[str, Any]:
         ),
         "estimated_low_ms": seq.low_ms,
         "estimated_high_ms": seq.high_ms,
-        "measured_noisy": m.noisy,
-        "dispatch_ms": m.dispatch_ms,
         "noisy_bricks": len(seq.noisy_signatures),
-        "bricks": seq.bricks,
         # The relative half-width the bricks' intervals leave the estimate.
         "estimate_precision": precision.estimate_precision(
             collections.Counter(b.signature for b in d.bricks), results

@@ -8,7 +8,10 @@ Commands:
              interleaved rounds, estimate, print measured vs estimated
              latency, write the store, report.json and TensorBoard logs
              under --out. With no flags: MobileNetV2, ResNet50 and
-             EfficientNetB0 at G=1, 2-4 minutes on two cores.
+             EfficientNetB0 at G=1, 2-4 minutes on two cores. A brick
+             that cannot be built or timed is recorded as failed in the
+             store, the models using it get no estimate, the rest is
+             timed (exit code 1; a rerun tries it again).
   decompose  print each model's bricks (layers, classes, input shapes,
              signature) and the unique counts.
   bench      time the unique bricks of --models missing from --db, or
@@ -634,6 +637,12 @@ def _cmd_run(sources, gs, safe_mode) -> None:
     print(f"Store:  {db}")
     print(f"Report: {os.path.join(out, 'report.json')}")
     print(f"TensorBoard: tensorboard --logdir {logdir}", flush=True)
+    failed = {}
+    for detail in details.values():
+        failed.update(detail.failed)
+    if failed:
+        print(f"\n{report.format_failed(rep['runs'])}", flush=True)
+    _fail_if_any_failed(list(failed.items()))
 
 
 def _cmd_decompose(sources, gs, safe_mode) -> None:
@@ -799,7 +808,8 @@ def _time_suite(
 
 
 def _fail_if_any_failed(failed) -> None:
-    """Ends bench with exit code 1 if any brick failed (all were tried)."""
+    """Ends bench or run with exit code 1 if any brick failed (all were
+    tried)."""
     if not failed:
         return
     shown = ", ".join(sig for sig, _ in failed[:5])
