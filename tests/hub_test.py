@@ -4,19 +4,28 @@ A keras_hub backbone is a Functional subclass whose `get_config()` holds
 its constructor arguments; decompose walks its live graph, and rebuilds a
 `.keras` file's model from its registered class (no weight read). Their
 sequence length is open (`None`) and is fixed with `input_shapes`; `run`
-and `measure` time the whole model at the same length.
+and `measure` time the whole model at the same length. The backbones are
+those of `corpus.hub_backbone` at its "tiny" size.
 """
 
+import functools
 import json
 import math
 
 import keras
-import keras_hub
 import numpy as np
 import pytest
 
 import dlbricks_tf
-from dlbricks_tf import bench, export, suite, suite_bench, suite_dir, timing
+from dlbricks_tf import (
+    bench,
+    corpus,
+    export,
+    suite,
+    suite_bench,
+    suite_dir,
+    timing,
+)
 from dlbricks_tf.fingerprint import system_fingerprint
 from dlbricks_tf.settings import RunSettings
 from dlbricks_tf.store import Store
@@ -24,32 +33,35 @@ from tests import models
 from tests.cli import FAST, dlbricks
 
 LENGTH = 8
-VOCAB = 64
-TINY = {"vocabulary_size": VOCAB, "num_layers": 2, "hidden_dim": 16}
+VOCAB = corpus.HUB_SIZES["tiny"]["vocabulary_size"]
 BUILDERS = {
-    "bert": lambda: keras_hub.models.BertBackbone(
-        **TINY, num_heads=2, intermediate_dim=32, max_sequence_length=16
-    ),
-    "gpt2": lambda: keras_hub.models.GPT2Backbone(
-        **TINY, num_heads=2, intermediate_dim=32, max_sequence_length=16
-    ),
-    # A Llama-family decoder: RMSNorm, rotary embeddings, grouped queries.
-    "mistral": lambda: keras_hub.models.MistralBackbone(
-        **TINY, num_query_heads=2, num_key_value_heads=1, intermediate_dim=32
-    ),
+    short: functools.partial(corpus.hub_backbone, name, "tiny")
+    for short, name in (
+        ("bert", "BertBackbone"),
+        ("gpt2", "GPT2Backbone"),
+        ("gemma", "GemmaBackbone"),
+        # A Llama-family decoder: RMSNorm, rotary embeddings, grouped
+        # queries.
+        ("mistral", "MistralBackbone"),
+    )
 }
+# keras_hub 0.32.0 saves a Gemma backbone to .keras but cannot rebuild it
+# (its RMSNormalization): it is cut and timed from memory only.
+IN_MEMORY_ONLY = {"gemma"}
 
 
 @pytest.fixture(scope="module")
 def backbones(tmp_path_factory):
-    """{name: (model, path of its .keras file)}."""
+    """{name: (model, path of its .keras file, or None)}."""
     folder = tmp_path_factory.mktemp("hub")
     out = {}
     for name, build in BUILDERS.items():
         keras.utils.set_random_seed(0)
         model = build()
-        path = folder / f"{name}.keras"
-        model.save(path)
+        path = None
+        if name not in IN_MEMORY_ONLY:
+            path = folder / f"{name}.keras"
+            model.save(path)
         out[name] = (model, path)
     return out
 
@@ -79,12 +91,12 @@ def test_backbone_decomposes_and_its_bricks_reproduce_it(backbones, name):
         got, want = models.bricks_reproduce(model, d, _inputs(model))
         for gv, wv in zip(got, want, strict=True):
             np.testing.assert_allclose(gv, wv, rtol=1e-4, atol=1e-4)
-    # From the file: rebuilt from its class, the same bricks.
-    from_file = dlbricks_tf.decompose(path, 1, input_shapes=shapes)
     in_memory = dlbricks_tf.decompose(model, 1, input_shapes=shapes)
-    assert [b.signature for b in from_file.bricks] == [
-        b.signature for b in in_memory.bricks
-    ]
+    if path is not None:  # From the file: rebuilt from its class, the same.
+        from_file = dlbricks_tf.decompose(path, 1, input_shapes=shapes)
+        assert [b.signature for b in from_file.bricks] == [
+            b.signature for b in in_memory.bricks
+        ]
     longer = dlbricks_tf.decompose(model, 1, input_shapes={"*": (2 * LENGTH,)})
     changed = {b.signature for b in longer.bricks} - {
         b.signature for b in in_memory.bricks
