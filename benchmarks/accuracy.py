@@ -17,14 +17,23 @@ relative difference of --recheck bricks timed a second time.
 Every G times its unique bricks afresh; results are written to the store
 (for export), not read from it.
 
+The corpus: one keras.applications model per family (--models to choose,
+--all for the 40), or with --hub the keras_hub transformers of
+`corpus.HUB_BACKBONES` (BERT, GPT-2, Gemma, Mistral at the size of
+BERT-Mini, fresh weights, nothing downloaded), cut and timed at
+--sequence_length tokens.
+
 Usage:
     python -m benchmarks.accuracy --models=ResNet50,MobileNetV2 \
         --granularities=1 --out=dlbricks_out/accuracy
+    python -m benchmarks.accuracy --hub --granularities=1,2,3 \
+        --out=dlbricks_out/hub_accuracy
 """
 
 from __future__ import annotations
 
 import dataclasses
+import functools
 import json
 import os
 from pathlib import Path
@@ -42,6 +51,20 @@ _MODELS = flags.DEFINE_list(
 )
 _ALL = flags.DEFINE_bool(
     "all", False, "Use all keras.applications models (overrides --models)."
+)
+_HUB = flags.DEFINE_bool(
+    "hub",
+    False,
+    "Use the keras_hub transformers of dlbricks_tf.corpus.HUB_BACKBONES "
+    "(BERT, GPT-2, Gemma, Mistral; small, no download) at "
+    "--sequence_length tokens instead of keras.applications models "
+    "(overrides --models).",
+)
+_LENGTH = flags.DEFINE_integer(
+    "sequence_length",
+    corpus.HUB_LENGTH,
+    "--hub: the sequence length the models are cut and timed at.",
+    lower_bound=1,
 )
 _GRANULARITIES = flags.DEFINE_list(
     "granularities", ["1", "2", "3", "4", "5", "6"], "Values of G."
@@ -130,20 +153,30 @@ _OUT = flags.DEFINE_string(
 )
 
 
-def _model_names() -> list[str]:
-    return list(corpus.APPLICATIONS if _ALL.value else _MODELS.value)
+def _sources():
+    """The corpus as `job.ModelSource`s (app.UsageError for a bad name)."""
+    from dlbricks_tf import job
+
+    if _HUB.value:
+        return [
+            job.ModelSource(
+                name, builder=functools.partial(corpus.hub_backbone, name)
+            ).at_shapes({"*": (_LENGTH.value,)})
+            for name in corpus.HUB_BACKBONES
+        ]
+    names = list(corpus.APPLICATIONS if _ALL.value else _MODELS.value)
+    try:
+        return job.resolve_models(names)
+    except job.ModelSourceError as e:
+        raise app.UsageError(str(e)) from None
 
 
 def _run_granularity(
-    g, names, settings, fp, options, brick_options, store, fuse
+    g, sources, settings, fp, options, brick_options, store, fuse
 ):
     """Measures every model at one G; returns (runs, corpus row)."""
     from dlbricks_tf import job
 
-    try:
-        sources = job.resolve_models(names)
-    except job.ModelSourceError as e:
-        raise app.UsageError(str(e)) from None
     result = job.run_granularity(
         sources,
         g,
@@ -258,6 +291,9 @@ def main(argv: list[str]) -> None:
         raise app.UsageError("--granularities must be integers.") from None
     if any(g < 1 for g in granularities):
         raise app.UsageError("--granularities must be 1 or more.")
+    if _HUB.value and _ALL.value:
+        raise app.UsageError("--hub and --all name two corpora: pick one.")
+    sources = _sources()
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
     # Thread pools first: TensorFlow fixes them at its first op.
     from dlbricks_tf import settings as settings_lib
@@ -303,7 +339,6 @@ def main(argv: list[str]) -> None:
     out = Path(_OUT.value)
     out.mkdir(parents=True, exist_ok=True)
     fp = system_fingerprint()
-    names = _model_names()
     report = {
         "system": {**fp.to_dict(), "id": fp.id},
         "settings": settings.to_dict(),
@@ -314,12 +349,12 @@ def main(argv: list[str]) -> None:
     with Store(out / "store.sqlite") as store:
         for g in granularities:
             for split in _SPLITS.value:
-                runs, corpus = _run_granularity(
-                    g, names, settings, fp, options, brick_options, store,
+                runs, row = _run_granularity(
+                    g, sources, settings, fp, options, brick_options, store,
                     fuse=split == "fused",
                 )  # fmt: skip
                 report["runs"] += runs
-                report["corpus"].append(corpus)
+                report["corpus"].append(row)
                 # Rewrite after every run so a stopped one keeps its rows.
                 (out / "report.json").write_text(json.dumps(report, indent=1))
     print(format_report(report))

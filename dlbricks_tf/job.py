@@ -9,8 +9,18 @@ model's latency from its bricks (sequential and parallel). The command
 line's `run` and `benchmarks/accuracy.py` both call `run_granularity`.
 
 Models are named by `resolve_models`: `keras.applications` names or model
-files (`.keras`, `.h5`, config `.json`). Resolving does not import
-TensorFlow, so a caller can check names before fixing the thread pools.
+files (`.keras`, `.h5`, config `.json`), or built by a function of the
+caller's (`ModelSource.builder`, e.g. `corpus.hub_backbone`). Resolving
+does not import TensorFlow, so a caller can check names before fixing the
+thread pools. A model whose inputs leave dimensions open (a transformer's
+sequence length) is cut and timed at the sizes `input_shapes` gives; they
+are part of its name ("bert@128"), so the same model at two lengths keeps
+two results in the store.
+
+A brick that cannot be built or timed does not stop the job: it is
+recorded as failed in the store with its reason (as `bench` does), the
+other bricks and models are timed, and the models that use it get no
+estimate; their rows name it, and a rerun tries it again.
 
 Example:
     configure_threads(settings.intra_op_threads, settings.inter_op_threads)
@@ -50,18 +60,77 @@ class ModelSourceError(errors.Error):
     """A model given by name or path cannot be found or loaded."""
 
 
+def shape_label(input_shapes: Mapping[str, Sequence[int]] | None) -> str:
+    """The suffix input shapes add to a model's name: "@128", "" for none.
+
+    "*" gives its dimensions alone, a named input NAME=DIMS; dimensions are
+    joined by "x" ("@token_ids=128,image=224x224x3"), names sorted.
+    """
+    if not input_shapes:
+        return ""
+
+    def dims(shape) -> str:
+        return "x".join(str(d) for d in shape)
+
+    parts = [dims(input_shapes["*"])] if "*" in input_shapes else []
+    parts += [
+        f"{name}={dims(shape)}"
+        for name, shape in sorted(input_shapes.items())
+        if name != "*"
+    ]
+    return "@" + ",".join(parts)
+
+
 @dataclasses.dataclass(frozen=True)
 class ModelSource:
-    """A model named on the command line: an application or a file.
+    """A model to cut and time: an application, a file, or a builder.
 
     Attributes:
         name: The name in reports and in the store (the application's name,
-            or the file's stem).
-        path: The model file, or None for a `keras.applications` name.
+            or the file's stem), with its input shapes if any ("bert@128").
+        path: The model file, or None.
+        builder: Returns the model, for a model built in code (it wins over
+            `name` as an application name); None for an application or a
+            file.
+        input_shapes: ((input name, shape without the batch), ...): the
+            sizes of the inputs' open dimensions the model is cut and
+            timed at; "*" names every input not named. Empty: as built.
     """
 
     name: str
     path: str | None = None
+    builder: Callable[[], Any] | None = dataclasses.field(
+        default=None, compare=False
+    )
+    input_shapes: tuple[tuple[str, tuple[int, ...]], ...] = ()
+
+    @property
+    def shapes(self) -> dict[str, tuple[int, ...]] | None:
+        """`input_shapes` as {input name: shape}, or None if there is none."""
+        return dict(self.input_shapes) or None
+
+    def at_shapes(
+        self, input_shapes: Mapping[str, Sequence[int]] | None
+    ) -> ModelSource:
+        """This model at fixed input shapes, named after them ("bert@128").
+
+        Nothing is checked here: a name or shape that does not fit the
+        model's inputs is refused when it is cut or timed.
+        """
+        if not input_shapes:
+            return self
+        builder = self.builder
+        if builder is None and self.path is None:
+            builder = functools.partial(corpus.application, self.name)
+        return dataclasses.replace(
+            self,
+            name=self.name + shape_label(input_shapes),
+            builder=builder,
+            input_shapes=tuple(
+                (name, tuple(int(d) for d in shape))
+                for name, shape in sorted(input_shapes.items())
+            ),
+        )
 
     def build(self, safe_mode: bool = True):
         """Returns the runnable `keras.Model` (weights are not needed).
@@ -71,6 +140,8 @@ class ModelSource:
             LoadError: If the file is unreadable or over a limit of
                 `dlbricks_tf.limits`.
         """
+        if self.builder is not None:
+            return self.builder()
         if self.path is None:
             return corpus.application(self.name)
         import keras
@@ -115,7 +186,8 @@ class ModelSource:
         """Decomposes the model; a file is read for its config only.
 
         `fuse` keeps fusion units whole and `input_shapes` fixes open input
-        dimensions (see `dlbricks_tf.decompose`).
+        dimensions (default: the source's own; see
+        `dlbricks_tf.decompose`).
         """
         from dlbricks_tf.decompose import decompose
 
@@ -125,20 +197,27 @@ class ModelSource:
             granularity,
             safe_mode=safe_mode,
             fuse=fuse,
-            input_shapes=input_shapes,
+            input_shapes=input_shapes or self.shapes,
         )
 
 
-def resolve_models(specs: Sequence[str]) -> list[ModelSource]:
+def resolve_models(
+    specs: Sequence[str],
+    input_shapes: Mapping[str, Sequence[int]] | None = None,
+) -> list[ModelSource]:
     """Turns names and paths into model sources, without importing Keras.
 
     Args:
         specs: `keras.applications` names (e.g. "ResNet50") or paths of
             `.keras`, `.h5` or config `.json` files.
+        input_shapes: Sizes of the models' open input dimensions,
+            {input name: shape without the batch} ("*": every input not
+            named); see `ModelSource.at_shapes`.
 
     Returns:
         One source per spec, in order; files named by their stem, made
-        unique with a suffix ("model", "model-2") when stems repeat.
+        unique with a suffix ("model", "model-2") when stems repeat, and
+        followed by the input shapes ("model@128").
 
     Raises:
         ModelSourceError: If there is no spec, a file does not exist, or a
@@ -173,7 +252,7 @@ def resolve_models(specs: Sequence[str]) -> list[ModelSource]:
             n += 1
             unique = f"{name}-{n}"
         taken.add(unique)
-        sources.append(ModelSource(unique, path))
+        sources.append(ModelSource(unique, path).at_shapes(input_shapes))
     return sources
 
 
@@ -198,6 +277,9 @@ class GranularityResult:
         remeasured: Bricks timed twice because the first timing did not
             settle (the more precise one is stored; noisy if neither
             settled).
+        failed: {signature: reason} of the bricks that could not be built
+            or timed (recorded as failed in the store); the models that
+            use them have no estimate.
     """
 
     runs: list[dict[str, Any]]
@@ -207,6 +289,7 @@ class GranularityResult:
     results: dict[str, Timing]
     measured: dict[str, Timing]
     remeasured: tuple[str, ...] = ()
+    failed: dict[str, str] = dataclasses.field(default_factory=dict)
 
 
 def run_granularity(
@@ -229,6 +312,13 @@ def run_granularity(
 
     Every model is decomposed first (so the work is known), then built
     again, one at a time, to be timed: memory stays flat over a corpus.
+    A model with `input_shapes` is cut and timed at them.
+
+    A brick that cannot be built or timed is recorded as failed in the
+    store (`Store.put_failure`, with `bench.failure_reason`) and logged;
+    the other bricks and models are timed. A model that uses it is still
+    measured, but its row has no estimate (nan) and names the brick in
+    `failed_bricks`; the corpus figures are those of the other models.
 
     Args:
         sources: The models.
@@ -243,21 +333,25 @@ def run_granularity(
         safe_mode: Refuse Lambda layers from model files.
         check_settings: Verify `settings` against the process first.
         progress: Called with (model, timers done, timers total of this G)
-            as each brick or model finishes.
-        log: Called with one line per model.
+            as each brick or model finishes (or a brick fails).
+        log: Called with one line per model and one per failed brick.
         fuse: Keep fusion units whole (see `dlbricks_tf.decompose`).
 
     Returns:
         The rows of report.json (`runs`, `corpus`) and what they came from.
 
     Raises:
-        dlbricks_tf.Error: A model cannot be loaded, decomposed or timed.
+        dlbricks_tf.Error: A model cannot be loaded, decomposed or timed
+            end to end (raised once the bricks timed with it are stored).
+        StoreError: A result cannot be written.
     """
     import keras
 
     from dlbricks_tf import bench, campaign, timing
     from dlbricks_tf import estimate as estimate_lib
     from dlbricks_tf import suite as suite_lib
+    from dlbricks_tf.settings import ThreadPoolError
+    from dlbricks_tf.store import StoreError
 
     brick_options = brick_options or options
     log = log or (lambda line: None)
@@ -288,6 +382,7 @@ def run_granularity(
             granularity,
             safe_mode=safe_mode,
             fuse=fuse,
+            input_shapes=source.shapes,
         )
         del target
         keras.backend.clear_session()
@@ -318,6 +413,17 @@ def run_granularity(
         store.put(key, settings, fingerprint, result)
         finished(name)
 
+    failed: dict[str, str] = {}
+
+    def fail(name: str, key: str, error: BaseException) -> None:
+        """Records a brick that cannot be built or timed; the rest go on."""
+        if isinstance(error, StoreError | ThreadPoolError):
+            raise error  # No brick's fault.
+        failed[key] = bench.failure_reason(error)
+        store.put_failure(key, settings, fingerprint, failed[key])
+        log(f"G={granularity} {name}: brick {key} failed: {failed[key]}")
+        finished(name)
+
     class ModelRounds:
         """Samples the whole model once per round of its bricks.
 
@@ -328,6 +434,10 @@ def run_granularity(
         spread over that stretch but take at most `EXTRA_SHARE` of its
         wall-clock: a large model (EfficientNetB6, 0.8 s a call) among
         many chains of its bricks would otherwise double the run.
+
+        An error of the whole model is kept and raised by `finish`, once
+        the bricks in flight are committed: a chain that samples the model
+        between its rounds must not take the model's fault for its own.
         """
 
         EXTRA_SHARE = 0.25
@@ -336,15 +446,22 @@ def run_granularity(
             self.name, self.timer, self.counted = name, timer, False
             self.since = 0.0  # When the model's own timing ended.
             self.extra_s = 0.0  # Seconds of samples taken since.
+            self.error: Exception | None = None
 
         def __call__(self) -> None:
-            if self.counted:
-                now = time.perf_counter()
-                if self.extra_s <= self.EXTRA_SHARE * (now - self.since):
-                    self.timer.sample()
-                    self.extra_s += time.perf_counter() - now
+            if self.error is not None:
                 return
-            timed("end_to_end", self.timer.sample)
+            try:
+                if self.counted:
+                    now = time.perf_counter()
+                    if self.extra_s <= self.EXTRA_SHARE * (now - self.since):
+                        self.timer.sample()
+                        self.extra_s += time.perf_counter() - now
+                    return
+                timed("end_to_end", self.timer.sample)
+            except Exception as e:  # Keras and TF raise many types.
+                self.error = e
+                return
             if self.timer.done:
                 self.counted = True
                 self.since = time.perf_counter()
@@ -353,21 +470,29 @@ def run_granularity(
         def finish(self) -> None:
             while not self.counted:
                 self()
+                if self.error is not None:
+                    raise self.error
 
     def time_looped(name, d, rounds: ModelRounds) -> int:
         brick_timers = {}
+        tried = 0
         for brick in d.bricks:
-            if brick.signature in results or brick.signature in brick_timers:
+            key = brick.signature
+            if key in results or key in brick_timers or key in failed:
                 continue
-            built = timed(setup, brick.build, settings.batch_size)
-            brick_timers[brick.signature] = timed(
-                setup,
-                timing.Timer,
-                built,
-                settings,
-                brick_options,
-                check_settings=check_settings,
-            )
+            tried += 1
+            try:
+                built = timed(setup, brick.build, settings.batch_size)
+                brick_timers[key] = timed(
+                    setup,
+                    timing.Timer,
+                    built,
+                    settings,
+                    brick_options,
+                    check_settings=check_settings,
+                )
+            except Exception as e:  # Keras and TF raise many types.
+                fail(name, key, e)
         pending = list(brick_timers.items())
         # Interleaved rounds: one batch of samples of each timer per round.
         # A brick that stops unsettled is measured once more (fresh
@@ -375,10 +500,15 @@ def run_granularity(
         # committed.
         while pending:
             rounds()
-            for _, timer in pending:
-                timed("campaign", timer.sample)
+            for key, timer in pending:
+                try:
+                    timed("campaign", timer.sample)
+                except Exception as e:  # Tracing fails on the first one.
+                    fail(name, key, e)
             left = []
             for key, timer in pending:
+                if key in failed:
+                    continue
                 if not timer.done:
                     left.append((key, timer))
                     continue
@@ -393,12 +523,12 @@ def run_granularity(
                 commit(name, key, result)
             pending = left
         clock["setup"] += sum(t.prepare_seconds for t in brick_timers.values())
-        return len(brick_timers)
+        return tried
 
     def time_chained(name, d, rounds: ModelRounds) -> int:
         fresh: dict[str, campaign.ChainedBrick] = {}
         for brick in d.bricks:
-            if brick.signature not in results:
+            if brick.signature not in results and brick.signature not in failed:
                 fresh.setdefault(
                     brick.signature,
                     campaign.ChainedBrick(
@@ -418,6 +548,7 @@ def run_granularity(
             between=rounds,
             on_result=functools.partial(commit, name),
             check_settings=check_settings,
+            on_failure=functools.partial(fail, name),
         )
         clock["setup"] += summary.setup_s
         clock["campaign"] += summary.setup_s + summary.sampling_s
@@ -435,47 +566,74 @@ def run_granularity(
             settings,
             options,
             check_settings=check_settings,
+            input_shapes=source.shapes,
         )
         rounds = ModelRounds(source.name, model_timer)
+        before = len(failed)
         if settings.protocol == "chain":
-            new_bricks = time_chained(source.name, d, rounds)
+            tried = time_chained(source.name, d, rounds)
         else:
-            new_bricks = time_looped(source.name, d, rounds)
+            tried = time_looped(source.name, d, rounds)
+        new_bricks = tried - (len(failed) - before)
         rounds.finish()
         measured[source.name] = model_timer.result()
         store.put_model(
             source.name, settings, fingerprint, measured[source.name]
         )
-        runs.append(
-            _row(source.name, granularity, settings, measured, results, d)
+        row = _row(
+            source.name, granularity, settings, measured, results, d, failed
         )
-        runs[-1]["new_unique_bricks"] = new_bricks
-        row = runs[-1]
+        row["new_unique_bricks"] = new_bricks
+        runs.append(row)
+        if row["failed_bricks"]:
+            shown = "; ".join(
+                f"{s}: {r}" for s, r in list(row["failed_bricks"].items())[:3]
+            )
+            estimate_text = (
+                f"not estimated, {len(row['failed_bricks'])} brick(s) "
+                f"failed ({shown})"
+            )
+        else:
+            estimate_text = (
+                f"estimated {row['estimated_ms']:.3f} ms "
+                f"(x{row['normalized']:.3f}, "
+                f"+-{100 * row['estimate_precision']:.1f}%)"
+            )
         log(
             f"G={granularity} {source.name}: measured "
-            f"{row['measured_ms']:.3f} ms, estimated "
-            f"{row['estimated_ms']:.3f} ms (x{row['normalized']:.3f}, "
-            f"+-{100 * row['estimate_precision']:.1f}%), "
+            f"{row['measured_ms']:.3f} ms, {estimate_text}, "
             f"{row['bricks']} bricks, {new_bricks} timed"
         )
         del model, model_timer, rounds
-    normalized = [r["normalized"] for r in runs]
+    estimable = [r for r in runs if not math.isnan(r["estimated_ms"])]
+    normalized = [r["normalized"] for r in estimable]
+    # The speed-up of the models that have an estimate, over their bricks.
+    used = {
+        b.signature
+        for r in estimable
+        for b in decompositions[r["model"]].bricks
+    }
     corpus_row = {
         "granularity": granularity,
         "geomean_normalized": geomean(normalized),
-        "min_normalized": min(normalized),
-        "max_normalized": max(normalized),
-        "speedup": estimate_lib.speedup(
-            {n: t.median_ms for n, t in measured.items()},
-            {s: results[s].median_ms for s in suite.signatures},
+        "min_normalized": min(normalized, default=math.nan),
+        "max_normalized": max(normalized, default=math.nan),
+        "speedup": (
+            estimate_lib.speedup(
+                {r["model"]: measured[r["model"]].median_ms for r in estimable},
+                {s: results[s].median_ms for s in used},
+            )
+            if estimable
+            else math.nan
         ),
         "split": split_name(fuse),
         "campaign_wall_s": clock["campaign"],
         "campaign_setup_s": clock["setup"],
-        "bricks_timed": total - len(sources),
+        "bricks_timed": total - len(sources) - len(failed),
         "end_to_end_wall_s": clock["end_to_end"],
         "unique_bricks": len(suite),
         "total_bricks": suite.total_bricks,
+        "failed_bricks": len(failed),
     }
     return GranularityResult(
         runs,
@@ -485,22 +643,49 @@ def run_granularity(
         results,
         measured,
         tuple(first_noisy),
+        dict(failed),
     )
 
 
-def _row(name, g, settings, measured, results, d) -> dict[str, Any]:
+def _row(name, g, settings, measured, results, d, failed) -> dict[str, Any]:
+    """A report row; without a timing of every brick, no estimate (nan).
+
+    `failed_bricks` holds {signature: reason} of the model's bricks in
+    `failed`.
+    """
     from dlbricks_tf import estimate as estimate_lib
     from dlbricks_tf import precision
 
-    seq = estimate_lib.estimate(d, results, "sequential")
-    par = estimate_lib.estimate(d, results, "parallel")
     m = measured[name]
-    return {
+    signatures = dict.fromkeys(b.signature for b in d.bricks)
+    row = {
         "model": name,
         "granularity": g,
         "split": split_name(d.fuse),
         "batch_size": settings.batch_size,
         "measured_ms": m.median_ms,
+        "measured_noisy": m.noisy,
+        "dispatch_ms": m.dispatch_ms,
+        "bricks": len(d.bricks),
+        "failed_bricks": {s: failed[s] for s in signatures if s in failed},
+    }
+    if any(s not in results for s in signatures):
+        nan = math.nan
+        return {
+            **row,
+            "estimated_ms": nan,
+            "estimated_parallel_ms": nan,
+            "normalized": nan,
+            "normalized_min": nan,
+            "estimated_low_ms": nan,
+            "estimated_high_ms": nan,
+            "noisy_bricks": 0,
+            "estimate_precision": nan,
+        }
+    seq = estimate_lib.estimate(d, results, "sequential")
+    par = estimate_lib.estimate(d, results, "parallel")
+    return {
+        **row,
         "estimated_ms": seq.ms,
         "estimated_parallel_ms": par.ms,
         "normalized": seq.ms / m.median_ms if m.median_ms > 0 else math.inf,
@@ -512,10 +697,7 @@ def _row(name, g, settings, measured, results, d) -> dict[str, Any]:
         ),
         "estimated_low_ms": seq.low_ms,
         "estimated_high_ms": seq.high_ms,
-        "measured_noisy": m.noisy,
-        "dispatch_ms": m.dispatch_ms,
         "noisy_bricks": len(seq.noisy_signatures),
-        "bricks": seq.bricks,
         # The relative half-width the bricks' intervals leave the estimate.
         "estimate_precision": precision.estimate_precision(
             collections.Counter(b.signature for b in d.bricks), results
@@ -628,6 +810,9 @@ def measure_models(
 ) -> dict[str, Timing]:
     """Times every model end to end, one after another, into the store.
 
+    A model with `input_shapes` is timed at them, and stored under its
+    name, which names them ("bert@128").
+
     Returns:
         {model: timing}, in order.
     """
@@ -640,7 +825,11 @@ def measure_models(
         keras.backend.clear_session()
         model = source.build(safe_mode)
         measured[source.name] = timing.time_model(
-            model, settings, options, check_settings=check_settings
+            model,
+            settings,
+            options,
+            check_settings=check_settings,
+            input_shapes=source.shapes,
         )
         store.put_model(
             source.name, settings, fingerprint, measured[source.name]
@@ -664,7 +853,8 @@ def estimate_models(
 ) -> list[dict[str, Any]]:
     """Estimates every model from the store's brick timings.
 
-    `fuse` cuts the models as `run_granularity` did with it.
+    `fuse` cuts the models as `run_granularity` did with it; each model
+    is cut at its own `input_shapes`.
 
     Returns:
         One row per model: model, granularity, mode, estimated_ms, low_ms,

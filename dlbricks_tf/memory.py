@@ -54,7 +54,11 @@ class Estimate:
 
 
 def estimate(
-    model, batch_size: int, input_copies: int = 1, weight_copies: int = 1
+    model,
+    batch_size: int,
+    input_copies: int = 1,
+    weight_copies: int = 1,
+    input_specs=None,
 ) -> Estimate:
     """Bytes needed to time a built Keras model, from shapes and dtypes.
 
@@ -64,16 +68,30 @@ def estimate(
         batch_size: The batch size it will run at.
         input_copies: Synthetic input sets the timing loop rotates through.
         weight_copies: Copies of the model the timing loop rotates through.
+        input_specs: (shape with batch first, dtype) of each input it will
+            run on, for a model whose inputs leave dimensions open (a
+            transformer's sequence length); an open dimension of a tensor
+            inside the model then counts as the largest dimension given
+            (a sequence-by-sequence attention matrix counts in full).
     """
     weights = sum(_bytes(v.shape, v.dtype) for v in model.weights)
-    inputs = sum(
-        _bytes((batch_size, *t.shape[1:]), t.dtype) for t in model.inputs
-    )
+    open_size = 1
+    if input_specs is None:
+        inputs = sum(
+            _bytes((batch_size, *t.shape[1:]), t.dtype) for t in model.inputs
+        )
+    else:
+        inputs = sum(
+            _bytes((batch_size, *tuple(s)[1:]), d) for s, d in input_specs
+        )
+        open_size = max(
+            (int(x) for s, _ in input_specs for x in tuple(s)[1:]), default=1
+        )
     largest = 0
     for operation in model.operations:
         for node in getattr(operation, "_inbound_nodes", ()):
             for t in node.output_tensors:
-                shape = tuple(t.shape)
+                shape = tuple(open_size if d is None else d for d in t.shape)
                 if shape:
                     shape = (batch_size, *shape[1:])
                 largest = max(largest, _bytes(shape, t.dtype))
@@ -125,6 +143,7 @@ def check(
     weight_copies: int = 1,
     what: str | None = None,
     available: int | None = None,
+    input_specs=None,
 ) -> Estimate:
     """Raises `MemoryLimitError` if timing `model` cannot fit in memory.
 
@@ -135,11 +154,13 @@ def check(
         weight_copies: Model copies of the timing loop.
         what: How to name the model ("Brick 1a2b", "Model 'ResNet50'").
         available: Bytes available (default: `available_bytes()`).
+        input_specs: The inputs' shapes and dtypes, where the model leaves
+            dimensions open (see `estimate`).
 
     Returns:
         The estimate.
     """
-    need = estimate(model, batch_size, input_copies, weight_copies)
+    need = estimate(model, batch_size, input_copies, weight_copies, input_specs)
     return require(need, batch_size, what or f"Model {model.name!r}", available)
 
 

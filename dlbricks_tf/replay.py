@@ -15,6 +15,7 @@ import keras
 from keras.src.saving import serialization_lib
 
 from dlbricks_tf import graph as graph_lib
+from dlbricks_tf import synthetic
 from dlbricks_tf.errors import DecompositionError
 
 _SLOT = "__dlbricks_slot__"
@@ -233,32 +234,20 @@ def with_input_shapes(
         DecompositionError: For an unknown input name, a shape that does
             not fit its input, or a layer that fails on the new shapes.
     """
-    names = dict(zip(graph.input_names, graph.inputs, strict=True))
-    unknown = sorted(set(input_shapes) - set(names) - {"*"})
-    if unknown:
-        raise DecompositionError(
-            f"Model '{graph.name}' has no input named {unknown[0]!r}; its "
-            f"inputs are {', '.join(names) or 'none'} (or '*' for all)."
-        )
     specs = list(graph.specs)
-    for name, tensor in names.items():
-        shape = input_shapes.get(name, input_shapes.get("*"))
-        if shape is None:
-            continue
-        old = specs[tensor]
-        shape = tuple(None if d is None else int(d) for d in shape)
-        fits = len(shape) == len(old.shape) and all(
-            (o is None or n == o) and (n is None or n >= 1)
-            for o, n in zip(old.shape, shape, strict=True)
+    try:
+        shapes = synthetic.fixed_shapes(
+            graph.name,
+            [
+                (name, specs[t].shape)
+                for name, t in zip(graph.input_names, graph.inputs, strict=True)
+            ],
+            input_shapes,
         )
-        if not fits:
-            raise DecompositionError(
-                f"Input {name!r} of model '{graph.name}' has shape "
-                f"{old.shape} (batch left out); {shape} does not fit it: "
-                "give one positive size per dimension, the same where it "
-                "is fixed."
-            )
-        specs[tensor] = graph_lib.TensorSpec(shape, old.dtype)
+    except ValueError as e:
+        raise DecompositionError(str(e)) from None
+    for t, shape in zip(graph.inputs, shapes, strict=True):
+        specs[t] = graph_lib.TensorSpec(shape, specs[t].dtype)
     inputs = set(graph.inputs)
     for t, spec in enumerate(specs):
         if t not in inputs and spec is not None and None in spec.shape:

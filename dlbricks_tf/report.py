@@ -37,14 +37,20 @@ def format_report(report: Mapping[str, Any]) -> str:
     `estimate_precision`, a `setup s` column when the corpus rows carry
     `campaign_setup_s` (the part of the campaign no sampling cap shortens),
     a `repeat diff` column when they carry `repeat_median_rel_diff`
-    (benchmarks/accuracy.py's recheck); rows of
-    fused decompositions (`"split": "fused"`) show G as "1 fused".
+    (benchmarks/accuracy.py's recheck), a `failed bricks` column when a
+    model has no estimate because bricks of it failed (`failed_bricks`);
+    rows of fused decompositions (`"split": "fused"`) show G as "1 fused".
     """
     precise = any("estimate_precision" in r for r in report["runs"])
+    failed = any(r.get("failed_bricks") for r in report["runs"])
     lines = [
         "| model | G | measured ms | sequential ms | parallel ms "
-        "| normalized | normalized (min) |" + (" estimate +-% |" * precise),
-        "|---|---:|---:|---:|---:|---:|---:|" + ("---:|" * precise),
+        "| normalized | normalized (min) |"
+        + (" estimate +-% |" * precise)
+        + (" failed bricks |" * failed),
+        "|---|---:|---:|---:|---:|---:|---:|"
+        + ("---:|" * precise)
+        + ("---|" * failed),
     ]
     for r in report["runs"]:
         line = (
@@ -56,6 +62,8 @@ def format_report(report: Mapping[str, Any]) -> str:
         if precise:
             width = r.get("estimate_precision")
             line += f" {_f(None if width is None else 100 * width, 1)} |"
+        if failed:
+            line += f" {_signatures(r.get('failed_bricks') or ())} |"
         lines.append(line)
     repeat = any("repeat_median_rel_diff" in c for c in report["corpus"])
     setup = any("campaign_setup_s" in c for c in report["corpus"])
@@ -95,6 +103,45 @@ def format_report(report: Mapping[str, Any]) -> str:
             line += f" {_f(c.get('repeat_median_rel_diff'))} |"
         lines.append(line)
     return "\n".join(lines)
+
+
+def _signatures(signatures, shown: int = 3) -> str:
+    """The first `shown` signatures, then how many more ("" for none)."""
+    signatures = list(signatures)
+    more = len(signatures) - shown
+    return ", ".join(signatures[:shown]) + (
+        f" (+{more} more)" if more > 0 else ""
+    )
+
+
+def format_failed(rows: Sequence[Mapping[str, Any]]) -> str:
+    """One line naming the bricks that failed, and the models left out.
+
+    Args:
+        rows: Rows of report.json's `runs` (`model`, `granularity` and
+            `failed_bricks`, {signature: reason}).
+
+    Returns:
+        The line, or "" when no brick failed.
+    """
+    reasons: dict[str, str] = {}
+    models = []
+    for r in rows:
+        if r.get("failed_bricks"):
+            reasons.update(r["failed_bricks"])
+            models.append(f"{r['model']} G={r['granularity']}")
+    if not reasons:
+        return ""
+    items = list(reasons.items())
+    shown = "; ".join(f"{s} ({reason})" for s, reason in items[:3])
+    more = len(items) - 3
+    return (
+        f"Failed: {len(items)} brick(s) could not be built or timed: "
+        f"{shown}{f' (+{more} more)' if more > 0 else ''}. No estimate for "
+        f"{', '.join(models)}. They are recorded as failed in the store; "
+        "every other brick and model was timed, and a rerun tries them "
+        "again."
+    )
 
 
 def format_decompositions(

@@ -38,14 +38,15 @@ from dlbricks_tf import suite_dir
 # Ops of the serving functions Keras bricks export to: every op of the
 # traced `serving_default` of the 40 keras.applications models, of the
 # test models, and of the other built-in Keras layers, activations and
-# common `keras.ops` (float32 and mixed precision), BroadcastTo (the
-# keras_hub-style backbones of tests/hub_test.py), plus the call and
+# common `keras.ops` (float32 and mixed precision), BroadcastTo and All
+# (the keras_hub backbones of tests/hub_test.py), plus the call and
 # variable plumbing of a TF2 SavedModel. Built by tracing them (see
 # docs/untrusted-files.md); an op outside it refuses the brick.
 COMPUTE_OPS = frozenset(
     {
         "Abs",
         "AddV2",
+        "All",
         "Any",
         "ArgMax",
         "AssignVariableOp",

@@ -13,6 +13,12 @@ Where the graph is not at hand (an ONNX file, a SavedModel behind
 `arrays_for_specs` makes the same arrays from recorded input specs and id
 bounds.
 
+A model whose inputs leave dimensions open beyond the batch (a
+transformer's sequence length) gets them from `input_shapes`, {input name:
+shape without the batch}, "*" standing for every input not named; the same
+mapping fixes them in `dlbricks_tf.decompose`, so a whole model is timed
+at the shapes its bricks were cut at.
+
 Example:
     xs = synthetic_inputs(model, batch_size=1, seed=0)
     model(xs if len(xs) > 1 else xs[0])
@@ -23,7 +29,7 @@ from __future__ import annotations
 
 import collections
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import keras
@@ -138,25 +144,88 @@ def _nested_bounds(inner: Any, node: Any, tensor: Any) -> list[int]:
     ]
 
 
+def fixed_shapes(
+    model_name: str,
+    inputs: Sequence[tuple[str, Sequence[int | None]]],
+    input_shapes: Mapping[str, Sequence[int | None]] | None,
+) -> list[tuple[int | None, ...]]:
+    """Each input's shape (batch left out) with its open dimensions given.
+
+    Args:
+        model_name: The model's name, for messages.
+        inputs: (name, shape without the batch dimension) of each input.
+        input_shapes: {input name: shape without the batch dimension};
+            "*" stands for every input not named. None or empty changes
+            nothing.
+
+    Returns:
+        The shapes, in the order of `inputs`.
+
+    Raises:
+        ValueError: For an unknown input name, or a shape that does not
+            have the input's rank or disagrees with a fixed dimension.
+    """
+    shapes = [tuple(shape) for _, shape in inputs]
+    if not input_shapes:
+        return shapes
+    names = [name for name, _ in inputs]
+    unknown = sorted(set(input_shapes) - set(names) - {"*"})
+    if unknown:
+        raise ValueError(
+            f"Model '{model_name}' has no input named {unknown[0]!r}; its "
+            f"inputs are {', '.join(names) or 'none'} (or '*' for all)."
+        )
+    for i, (name, old) in enumerate(zip(names, shapes, strict=True)):
+        shape = input_shapes.get(name, input_shapes.get("*"))
+        if shape is None:
+            continue
+        shape = tuple(None if d is None else int(d) for d in shape)
+        fits = len(shape) == len(old) and all(
+            (o is None or n == o) and (n is None or n >= 1)
+            for o, n in zip(old, shape, strict=True)
+        )
+        if not fits:
+            raise ValueError(
+                f"Input {name!r} of model '{model_name}' has shape {old} "
+                f"(batch left out); {shape} does not fit it: give one "
+                "positive size per dimension, the same where it is fixed."
+            )
+        shapes[i] = shape
+    return shapes
+
+
 def input_specs(
-    model: keras.Model, batch_size: int
+    model: keras.Model,
+    batch_size: int,
+    input_shapes: Mapping[str, Sequence[int | None]] | None = None,
 ) -> list[tuple[tuple[int, ...], str]]:
     """Returns (shape with batch dimension, dtype) per flat model input.
 
     Args:
         model: A built Keras model.
         batch_size: Batch dimension to use where the model leaves it open.
+        input_shapes: Sizes of open dimensions, {input name: shape
+            without the batch} ("*": every input not named); see
+            `fixed_shapes`.
 
     Returns:
         Concrete shapes and Keras dtype names.
 
     Raises:
-        ValueError: If an input has an unknown non-batch dimension, or a
-            fixed batch dimension other than `batch_size`.
+        ValueError: If an input has an unknown non-batch dimension that
+            `input_shapes` does not give, a fixed batch dimension other
+            than `batch_size`, or `input_shapes` does not fit the inputs.
     """
+    given = fixed_shapes(
+        model.name,
+        [(t.name, tuple(t.shape)[1:]) for t in model.inputs],
+        input_shapes,
+    )
     specs = []
-    for tensor in model.inputs:
+    for tensor, rest in zip(model.inputs, given, strict=True):
         shape = tuple(tensor.shape)
+        if shape:
+            shape = (shape[0], *rest)
         if not shape:
             raise ValueError(
                 f"Input {tensor.name!r} of model {model.name!r} is a scalar;"
@@ -172,15 +241,20 @@ def input_specs(
         if any(d is None for d in shape[1:]):
             raise ValueError(
                 f"Input {tensor.name!r} of model {model.name!r} has shape "
-                f"{shape} with an unknown dimension; give the model fixed "
-                "input shapes to time it."
+                f"{shape} with an unknown dimension: timing needs every "
+                "size fixed (a model's open inputs take input_shapes, "
+                "--input_shape=NAME:DIMS on the command line)."
             )
         specs.append(((batch_size, *shape[1:]), str(tensor.dtype)))
     return specs
 
 
 def synthetic_inputs(
-    model: keras.Model, batch_size: int = 1, *, seed: int = 0
+    model: keras.Model,
+    batch_size: int = 1,
+    *,
+    seed: int = 0,
+    input_shapes: Mapping[str, Sequence[int | None]] | None = None,
 ) -> list[np.ndarray]:
     """Returns one random array per flat model input, valid for the model.
 
@@ -192,6 +266,7 @@ def synthetic_inputs(
         model: A built Keras model.
         batch_size: Batch dimension where the model leaves it open.
         seed: Seed of the random generator; equal seeds give equal arrays.
+        input_shapes: Sizes of open dimensions (see `input_specs`).
 
     Returns:
         Arrays in the order of `model.inputs`.
@@ -201,7 +276,7 @@ def synthetic_inputs(
     """
     rng = np.random.default_rng(seed)
     arrays = []
-    specs = input_specs(model, batch_size)
+    specs = input_specs(model, batch_size, input_shapes)
     for (shape, dtype), bound in zip(specs, id_bounds(model), strict=True):
         arrays.append(_random_array(rng, shape, dtype, bound, model.name))
     return arrays

@@ -37,7 +37,7 @@ from __future__ import annotations
 import dataclasses
 import math
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Protocol
 
 import keras
@@ -211,7 +211,7 @@ class Timer(AdaptiveSampling):
 
     Args:
         model: A built Keras model; its inputs need fixed shapes except the
-            batch dimension.
+            batch dimension, or open ones that `input_shapes` gives.
         settings: Run settings; thread pools and the oneDNN flag must
             already be in force in this process.
         options: Sampling options.
@@ -220,6 +220,9 @@ class Timer(AdaptiveSampling):
             for an input without one), instead of the bounds found in the
             model's graph; for a model whose graph hides its Embeddings
             (a SavedModel wrapped in `keras.layers.TFSMLayer`).
+        input_shapes: Sizes of the inputs' open dimensions, {input name:
+            shape without the batch}, "*" for every input not named (a
+            transformer's sequence length; see `synthetic.input_specs`).
 
     Raises:
         MeasurementError: If the settings cannot be honoured here, or
@@ -235,6 +238,7 @@ class Timer(AdaptiveSampling):
         *,
         check_settings: bool = True,
         id_bounds: Sequence[int | None] | None = None,
+        input_shapes: Mapping[str, Sequence[int | None]] | None = None,
     ) -> None:
         self.model = model
         self.settings = settings
@@ -253,7 +257,9 @@ class Timer(AdaptiveSampling):
                     "set TF_ENABLE_ONEDNN_OPTS before starting Python."
                 )
         try:
-            specs = synthetic.input_specs(model, settings.batch_size)
+            specs = synthetic.input_specs(
+                model, settings.batch_size, input_shapes
+            )
         except ValueError as e:
             raise MeasurementError(str(e)) from e
         input_copies = max(1, self.options.input_copies)
@@ -263,6 +269,7 @@ class Timer(AdaptiveSampling):
             settings.batch_size,
             input_copies=input_copies,
             weight_copies=self.options.weight_copies,
+            input_specs=specs if input_shapes else None,
         )
         try:
             models = [model] + [
@@ -273,7 +280,10 @@ class Timer(AdaptiveSampling):
             if id_bounds is None:
                 sets = [
                     synthetic.synthetic_inputs(
-                        model, settings.batch_size, seed=self.options.seed + c
+                        model,
+                        settings.batch_size,
+                        seed=self.options.seed + c,
+                        input_shapes=input_shapes,
                     )
                     for c in range(input_copies)
                 ]
@@ -475,18 +485,21 @@ def time_model(
     *,
     check_settings: bool = True,
     id_bounds: Sequence[int | None] | None = None,
+    input_shapes: Mapping[str, Sequence[int | None]] | None = None,
 ) -> stats.Timing:
     """Times a Keras model (a brick or a whole model) on synthetic inputs.
 
     Args:
         model: A built Keras model with fixed input shapes (but the batch
-            dimension, taken from `settings.batch_size`).
+            dimension, taken from `settings.batch_size`), or open ones
+            that `input_shapes` gives.
         settings: Run settings already in force in this process (see
             `dlbricks_tf.settings.configure_threads`).
         options: Sampling options; defaults to `TimingOptions()`.
         check_settings: Verify `settings` against the process first.
         id_bounds: Exclusive id bound per flat input, overriding those
             found in the model's graph (see `Timer`).
+        input_shapes: Sizes of the inputs' open dimensions (see `Timer`).
 
     Returns:
         Milliseconds per call: min, median, trimmed mean, max, CI.
@@ -500,6 +513,7 @@ def time_model(
         options,
         check_settings=check_settings,
         id_bounds=id_bounds,
+        input_shapes=input_shapes,
     )
     return time_interleaved([timer])[0]
 

@@ -249,6 +249,60 @@ def test_fuse_cuts_conv_bn_relu_units_for_bench_and_estimate(files, tmp_path):
     assert "missing" in proc.stderr.lower(), proc.stderr
 
 
+def test_run_records_a_brick_that_cannot_be_timed_and_times_the_rest(
+    files, tmp_path
+):
+    import dlbricks_tf
+    from dlbricks_tf.fingerprint import system_fingerprint
+    from dlbricks_tf.settings import RunSettings
+    from dlbricks_tf.store import Store
+
+    loose = tmp_path / "loose.keras"
+    models.loose().save(loose)
+    out = tmp_path / "out"
+    args = [
+        "run",
+        "--import=tests.models",  # Registers the loose model's layer.
+        f"--models={loose},{files[0]}",
+        f"--out={out}",
+        "--graphs=0",
+        *FAST,
+    ]
+    cut = {p: dlbricks_tf.decompose(p, 1) for p in (str(loose), files[0])}
+    (relu,) = [
+        b.signature
+        for b in cut[str(loose)].bricks
+        if b.class_names == ("ReLU",)
+    ]
+    everything = {b.signature for d in cut.values() for b in d.bricks}
+    settings = RunSettings.default(1, intra_op_threads=1)
+    fp = system_fingerprint()
+    for _ in range(2):  # A rerun tries the failed brick again.
+        proc = dlbricks(*args)
+        assert proc.returncode == 1, proc.stderr
+        (err,) = proc.stderr.strip().splitlines()
+        assert err.startswith("dlbricks: error: 1 brick(s) could not")
+        assert relu in err and "Run the same command again" in err
+        assert f"brick {relu} failed: " in proc.stdout
+        summary = proc.stdout.strip().splitlines()[-1]
+        assert summary.startswith("Failed: 1 brick(s)"), proc.stdout
+        assert relu in summary and "No estimate for loose G=1." in summary
+        loose_row, chain_row = json.loads((out / "report.json").read_text())[
+            "runs"
+        ]
+        assert loose_row["estimated_ms"] is None
+        assert list(loose_row["failed_bricks"]) == [relu]
+        # Measured all the same (three tiny layers: about 0 ms).
+        assert loose_row["measured_ms"] >= 0
+        assert chain_row["estimated_ms"] > 0 and chain_row["measured_ms"] > 0
+        with Store(out / "store.sqlite") as store:
+            failures = store.failures(settings, fp)
+            stored = set(store.results(settings, fp, accept_noisy=True))
+        assert list(failures) == [relu]
+        assert "unknown dimension" in failures[relu]
+        assert stored == everything - {relu}
+
+
 @pytest.mark.parametrize(
     "args, code, words",
     [

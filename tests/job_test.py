@@ -5,12 +5,13 @@ Brick timings are planted in the store where a test needs exact numbers
 tight caps, and only the shape of what comes out is checked.
 """
 
+import dataclasses
 import json
 import math
 
 import pytest
 
-from dlbricks_tf import job, timing
+from dlbricks_tf import job, report, timing
 from dlbricks_tf import settings as settings_lib
 from dlbricks_tf.fingerprint import system_fingerprint
 from dlbricks_tf.stats import Timing
@@ -171,6 +172,50 @@ def test_measure_and_estimate_models(files):
     assert row["normalized"] == pytest.approx(
         row["estimated_ms"] / row["measured_ms"]
     )
+
+
+@pytest.mark.parametrize("protocol", ["chain", "loop"])
+def test_a_brick_that_cannot_be_timed_is_recorded_and_the_rest_go_on(
+    files, tmp_path, protocol
+):
+    path = tmp_path / "loose.keras"
+    models.loose().save(path)
+    settings = dataclasses.replace(SETTINGS, protocol=protocol)
+    sources = job.resolve_models([str(path), files["chain"]])
+    d = sources[0].decompose(1)
+    (relu,) = [b.signature for b in d.bricks if b.class_names == ("ReLU",)]
+    logged = []
+    with Store(tmp_path / "s.sqlite") as store:
+        result = job.run_granularity(
+            sources, 1, settings, FP, store, FAST,
+            check_settings=False, log=logged.append,
+        )  # fmt: skip
+        failures = store.failures(settings, FP)
+        stored = store.results(settings, FP, accept_noisy=True)
+        measured = store.get_model("loose", settings, FP)
+    # Only the ReLU's brick (its input's last dimension is open) failed.
+    assert list(result.failed) == [relu] == list(failures)
+    assert "unknown dimension" in failures[relu]
+    assert set(stored) == set(result.suite.signatures) - {relu}
+    loose, chain = result.runs
+    assert loose["failed_bricks"] == {relu: failures[relu]}
+    assert math.isnan(loose["estimated_ms"]) and math.isnan(loose["normalized"])
+    assert loose["measured_ms"] == measured.median_ms >= 0  # Tiny: ~0 ms.
+    assert chain["failed_bricks"] == {} and chain["estimated_ms"] > 0
+    # The corpus figures are those of the model that has an estimate.
+    assert result.corpus["failed_bricks"] == 1
+    assert result.corpus["geomean_normalized"] == pytest.approx(
+        chain["normalized"]
+    )
+    assert any(f"brick {relu} failed" in line for line in logged)
+    assert any(
+        line.startswith("G=1 loose:") and "not estimated" in line
+        for line in logged
+    )
+    text = report.format_report({"runs": result.runs, "corpus": []})
+    assert "| failed bricks |" in text and relu in text
+    assert relu in report.format_failed(result.runs)
+    assert report.format_failed([chain]) == ""
 
 
 def test_write_report_replaces_non_finite_numbers(tmp_path):

@@ -42,6 +42,15 @@ def test_weight_copies_multiply_the_weights():
     assert three.weights == 3 * one.weights
 
 
+def test_open_dimensions_count_at_the_size_given():
+    tokens = keras.Input((None, 8))
+    scores = keras.ops.matmul(tokens, keras.ops.transpose(tokens, (0, 2, 1)))
+    model = keras.Model(tokens, scores)  # (batch, length, length)
+    need = memory.estimate(model, 1, input_specs=[((1, 100, 8), "float32")])
+    assert need.inputs == 4 * 100 * 8 * 3
+    assert need.activations == 4 * 100 * 100 * 3  # Length by length.
+
+
 def test_check_refuses_in_one_line():
     model = _model()
     need = memory.estimate(model, 1000).total

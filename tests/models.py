@@ -140,6 +140,28 @@ class Scale(layers.Layer):
         return {**super().get_config(), "factor": self.factor}
 
 
+@keras.saving.register_keras_serializable(package="dlbricks_test")
+class LooseShape(layers.Layer):
+    """Doubles its input but declares its last dimension open (None).
+
+    A model using it runs, but a brick that reads its output has an input
+    of open shape: it cannot be timed.
+    """
+
+    def call(self, x):
+        return x * 2.0
+
+    def compute_output_shape(self, input_shape):
+        return (*input_shape[:-1], None)
+
+
+def loose() -> keras.Model:
+    """Dense, LooseShape, ReLU: the ReLU's brick cannot be timed."""
+    inp = keras.Input((8,))
+    x = LooseShape(name="loose_shape")(layers.Dense(8)(inp))
+    return keras.Model(inp, layers.ReLU(name="relu")(x), name="loose")
+
+
 class Counter(layers.Layer):
     """Passes its input through and counts its calls in a variable."""
 

@@ -96,5 +96,28 @@ def test_unknown_dimension_raises():
         synthetic.input_specs(model, 1)
 
 
+def test_input_shapes_give_open_dimensions():
+    tokens = keras.Input((None,), dtype="int32", name="tokens")
+    image = keras.Input((None, None, 3), name="image")
+    e = layers.GlobalAveragePooling1D()(layers.Embedding(9, 4)(tokens))
+    f = layers.GlobalAveragePooling2D()(image)
+    model = keras.Model([tokens, image], layers.Concatenate()([e, f]))
+    shapes = {"*": (5,), "image": (6, 7, 3)}
+    assert synthetic.input_specs(model, 2, shapes) == [
+        ((2, 5), "int32"),
+        ((2, 6, 7, 3), "float32"),
+    ]
+    ids, pixels = synthetic.synthetic_inputs(model, 2, input_shapes=shapes)
+    assert (
+        ids.shape == (2, 5) and ids.max() < 9 and pixels.shape[1:] == (6, 7, 3)
+    )
+    with pytest.raises(ValueError, match="unknown dimension"):
+        synthetic.input_specs(model, 1, {"tokens": (5,)})  # image left open.
+    with pytest.raises(ValueError, match="no input named 'ids'; its inputs"):
+        synthetic.input_specs(model, 1, {"ids": (5,)})
+    with pytest.raises(ValueError, match=r"\(6, 7, 4\) does not fit"):
+        synthetic.input_specs(model, 1, {"*": (5,), "image": (6, 7, 4)})
+
+
 if __name__ == "__main__":
     raise SystemExit(pytest.main([__file__, "-q"]))

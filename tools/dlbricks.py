@@ -8,7 +8,10 @@ Commands:
              interleaved rounds, estimate, print measured vs estimated
              latency, write the store, report.json and TensorBoard logs
              under --out. With no flags: MobileNetV2, ResNet50 and
-             EfficientNetB0 at G=1, 2-4 minutes on two cores.
+             EfficientNetB0 at G=1, 2-4 minutes on two cores. A brick
+             that cannot be built or timed is recorded as failed in the
+             store, the models using it get no estimate, the rest is
+             timed (exit code 1; a rerun tries it again).
   decompose  print each model's bricks (layers, classes, input shapes,
              signature) and the unique counts.
   bench      time the unique bricks of --models missing from --db, or
@@ -43,7 +46,9 @@ layer from the BatchNormalization and activation TensorFlow fuses into it
 (G then counts such units); bench and estimate with the same --fuse.
 --import=mypkg.layers (repeatable) imports a module of yours before any
 model is read, so the layers it registers load from model files; it runs
-that module's code. See --helpfull for every flag.
+that module's code. --input_shape=*:128 fixes open input dimensions (a
+transformer's sequence length) for cutting and timing alike; the models are
+then named after it (bert@128). See --helpfull for every flag.
 """
 
 from __future__ import annotations
@@ -247,8 +252,10 @@ _INPUT_SHAPE = flags.DEFINE_multi_string(
     "NAME:DIMS, the shape (batch left out) of a model input whose "
     "dimensions are open, e.g. --input_shape=token_ids:128 (repeatable); "
     "NAME * stands for every input not named: --input_shape=*:128 sets a "
-    "transformer's sequence length. For decompose, bench, estimate, export "
-    "and report --compare; the shape is part of every brick's signature.",
+    "transformer's sequence length. For every command but analyze: models "
+    "are cut, and run and measure time them, at these shapes. The shape is "
+    "part of every brick's signature and of each model's name in reports "
+    "and the store (bert@128).",
 )
 _UNSAFE = flags.DEFINE_bool(
     "unsafe_deserialization",
@@ -583,10 +590,9 @@ def _input_shapes() -> dict[str, tuple[int, ...]] | None:
 
 
 def _decompose(source, granularity: int, safe_mode: bool):
-    """Decomposes a model source as the flags say (--fuse, --input_shape)."""
-    return source.decompose(
-        granularity, safe_mode, _FUSE.value, input_shapes=_input_shapes()
-    )
+    """Decomposes a model source as the flags say (--fuse; --input_shape
+    is the source's own, see `job.resolve_models`)."""
+    return source.decompose(granularity, safe_mode, _FUSE.value)
 
 
 def _cmd_run(sources, gs, safe_mode) -> None:
@@ -631,6 +637,12 @@ def _cmd_run(sources, gs, safe_mode) -> None:
     print(f"Store:  {db}")
     print(f"Report: {os.path.join(out, 'report.json')}")
     print(f"TensorBoard: tensorboard --logdir {logdir}", flush=True)
+    failed = {}
+    for detail in details.values():
+        failed.update(detail.failed)
+    if failed:
+        print(f"\n{report.format_failed(rep['runs'])}", flush=True)
+    _fail_if_any_failed(list(failed.items()))
 
 
 def _cmd_decompose(sources, gs, safe_mode) -> None:
@@ -796,7 +808,8 @@ def _time_suite(
 
 
 def _fail_if_any_failed(failed) -> None:
-    """Ends bench with exit code 1 if any brick failed (all were tried)."""
+    """Ends bench or run with exit code 1 if any brick failed (all were
+    tried)."""
     if not failed:
         return
     shown = ", ".join(sig for sig, _ in failed[:5])
@@ -1147,13 +1160,14 @@ def _main(argv: list[str]) -> None:
         from dlbricks_tf import corpus
 
         default = list(corpus.APPLICATIONS)
-    sources = job.resolve_models(_MODELS.value or default)
-    if _input_shapes() and command in ("run", "measure", "analyze"):
+    shapes = _input_shapes()
+    if shapes and command == "analyze":
         raise app.UsageError(
-            f"{command} times or reads whole models, whose input shapes "
-            "--input_shape does not change yet; use decompose, bench, "
-            "export and estimate with it."
+            "analyze reads models as they are saved; --input_shape is for "
+            "run, decompose, bench, measure, estimate, export and report "
+            "--compare."
         )
+    sources = job.resolve_models(_MODELS.value or default, shapes)
     gs = _granularities(_GRANULARITY.value)
     if command == "analyze" and len(gs) > 1:
         raise app.UsageError("analyze takes one --granularity.")
