@@ -97,7 +97,8 @@ HUB_LENGTH = 128
 HUB_SIZES = {
     # 4 blocks of width 256 (4 heads of 64, feed-forward 1024), the size
     # of BERT-Mini: some 11 ms of CPU time per call at batch 1 and 128
-    # tokens, a few ms on two cores.
+    # tokens for BERT (one thread); a sweep of three values of G over the
+    # four takes a few minutes.
     "small": {
         "vocabulary_size": 4096,
         "num_layers": 4,
