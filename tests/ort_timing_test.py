@@ -341,6 +341,27 @@ def test_missing_onnxruntime_is_a_one_line_error(tmp_path):
     assert issubclass(ort_timing.OnnxRuntimeMissingError, errors.Error)
 
 
+def test_importing_ort_timing_imports_no_tensorflow():
+    script = textwrap.dedent(
+        """
+        import sys
+        from dlbricks_tf import ort_timing
+        assert issubclass(ort_timing.MeasurementError, Exception)
+        print(sorted(m for m in ("tensorflow", "keras") if m in sys.modules))
+        """
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", script],
+        env={**os.environ, "PYTHONPATH": REPO, "TF_CPP_MIN_LOG_LEVEL": "3"},
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.strip() == "[]"
+
+
 def test_run_overhead_is_calibrated_once_per_input_specs(chain_onnx):
     first = ort_timing.OrtTimer(chain_onnx, ORT, FAST)
     first.sample()

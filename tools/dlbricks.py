@@ -1205,6 +1205,8 @@ def main(argv: list[str]) -> None:
     with _exit_on_signals():
         with _native_logs_hidden(_quiet()):
             # Importing TensorFlow runs no op: the thread pools stay free.
+            import keras  # noqa: F401 (imports TensorFlow, start-up hidden)
+
             from dlbricks_tf import errors
         try:
             _main(argv)
