@@ -32,9 +32,9 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from dlbricks_tf import corpus, errors
+from dlbricks_tf import corpus, errors, json_files
 from dlbricks_tf.split import split_name
-from dlbricks_tf.stats import Timing
+from dlbricks_tf.stats import Timing, geomean
 
 # The default corpus of `run`: three families (inverted residuals, residual
 # bottlenecks, squeeze-and-excitation) that share many bricks at G=1 and
@@ -175,13 +175,6 @@ def resolve_models(specs: Sequence[str]) -> list[ModelSource]:
         taken.add(unique)
         sources.append(ModelSource(unique, path))
     return sources
-
-
-def geomean(values: Sequence[float]) -> float:
-    """Geometric mean of positive values (nan if there is none)."""
-    if not values:
-        return float("nan")
-    return math.exp(sum(math.log(v) for v in values) / len(values))
 
 
 @dataclasses.dataclass
@@ -591,17 +584,7 @@ def run_job(
 
 def write_report(report: Mapping[str, Any], path: str | os.PathLike) -> None:
     """Writes report.json (non-finite numbers as null)."""
-    Path(path).write_text(json.dumps(_finite(report), indent=1))
-
-
-def _finite(value: Any) -> Any:
-    if isinstance(value, float) and not math.isfinite(value):
-        return None
-    if isinstance(value, Mapping):
-        return {k: _finite(v) for k, v in value.items()}
-    if isinstance(value, list | tuple):
-        return [_finite(v) for v in value]
-    return value
+    Path(path).write_text(json.dumps(json_files.finite(report), indent=1))
 
 
 def measure_models(
