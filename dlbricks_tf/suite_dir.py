@@ -28,6 +28,7 @@ from pathlib import Path, PurePosixPath
 from typing import Any
 
 from dlbricks_tf import errors, json_files, limits
+from dlbricks_tf.sharding import shard_of
 from dlbricks_tf.split import SPLITS
 
 FORMAT = "dlbricks-suite"
@@ -170,13 +171,8 @@ class SuiteDir:
         Raises:
             ValueError: If not 0 <= index < count.
         """
-        if count < 1 or not 0 <= index < count:
-            raise ValueError(
-                "Need 0 <= index < count. "
-                f"Received: index={index}, count={count}"
-            )
-        ordered = sorted(self.entries, key=lambda e: e.signature)
-        return dataclasses.replace(self, entries=tuple(ordered[index::count]))
+        entries = shard_of(self.entries, index, count)
+        return dataclasses.replace(self, entries=entries)
 
 
 def sha256(path: str | os.PathLike) -> str:
