@@ -1,11 +1,11 @@
 """Tests of dlbricks_tf.decompose on every kind of model it handles."""
 
 import keras
-import models
 import numpy as np
 import pytest
 
 import dlbricks_tf
+from tests import models
 
 
 @pytest.mark.parametrize("granularity", [1, 2, 3, 5])

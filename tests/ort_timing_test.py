@@ -16,7 +16,6 @@ import sys
 import textwrap
 
 import keras
-import models
 import numpy as np
 import onnxruntime as ort
 import pytest
@@ -27,6 +26,7 @@ import dlbricks_tf
 from dlbricks_tf import errors, ort_timing, store, synthetic, timing
 from dlbricks_tf import settings as settings_lib
 from dlbricks_tf.fingerprint import system_fingerprint
+from tests import models
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 ORT = settings_lib.RunSettings(
