@@ -28,7 +28,7 @@ import json
 import math
 import os
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -639,6 +639,38 @@ def estimate_models(
     `fuse` cuts the models as `run_granularity` did with it.
 
     Returns:
+        The rows of `estimate_plans`, one per model.
+
+    Raises:
+        MissingResultsError: A model has bricks without a timing (those
+            recorded as failed are named with their reasons).
+    """
+    plans = (
+        (source.name, source.decompose(granularity, safe_mode, fuse))
+        for source in sources
+    )
+    return estimate_plans(plans, settings, fingerprint, store, mode)
+
+
+def estimate_plans(
+    plans: Iterable[tuple[str, Any]],
+    settings,
+    fingerprint,
+    store,
+    mode: str = "sequential",
+) -> list[dict[str, Any]]:
+    """Estimates models from the store's brick timings, one row each.
+
+    Args:
+        plans: (model name, plan) pairs, read one at a time; a plan is a
+            `Decomposition` or a `dlbricks_tf.recipe.Recipe` (no model
+            needed).
+        settings: The `RunSettings` whose timings are read.
+        fingerprint: The machine whose timings are read.
+        store: The `Store`.
+        mode: "sequential" or "parallel" (see `dlbricks_tf.estimate`).
+
+    Returns:
         One row per model: model, granularity, mode, estimated_ms, low_ms,
         high_ms, bricks, noisy_bricks, and measured_ms, measured_noisy and
         normalized when the store holds an end-to-end timing (else None).
@@ -652,15 +684,14 @@ def estimate_models(
     results = store.results(settings, fingerprint)
     failures = store.failures(settings, fingerprint)
     rows = []
-    for source in sources:
-        d = source.decompose(granularity, safe_mode, fuse)
-        est = estimate_lib.estimate(d, results, mode, failures=failures)
-        measured = store.get_model(source.name, settings, fingerprint)
+    for name, plan in plans:
+        est = estimate_lib.estimate(plan, results, mode, failures=failures)
+        measured = store.get_model(name, settings, fingerprint)
         m = measured.median_ms if measured else None
         rows.append(
             {
-                "model": source.name,
-                "granularity": granularity,
+                "model": name,
+                "granularity": plan.granularity,
                 "mode": mode,
                 "estimated_ms": est.ms,
                 "low_ms": est.low_ms,

@@ -890,9 +890,8 @@ def _cmd_estimate(sources, gs, safe_mode) -> None:
 
 def _estimate_recipes(paths: list[str]) -> None:
     """estimate --recipe: models rebuilt from recipes and the store alone."""
-    from dlbricks_tf import estimate as estimate_lib
+    from dlbricks_tf import job, report
     from dlbricks_tf import recipe as recipe_lib
-    from dlbricks_tf import report
     from dlbricks_tf import settings as settings_lib
     from dlbricks_tf.fingerprint import system_fingerprint
 
@@ -908,32 +907,14 @@ def _estimate_recipes(paths: list[str]) -> None:
         backend=_BACKEND.value,
         protocol=_protocol(_BACKEND.value),
     )
-    fp = system_fingerprint()
-    rows = []
     with _open_store(db, must_exist=True) as store:
-        results = store.results(settings, fp)
-        failures = store.failures(settings, fp)
-        for r in recipes:
-            est = estimate_lib.estimate(
-                r, results, _MODE.value, failures=failures
-            )
-            measured = store.get_model(r.name, settings, fp)
-            m = measured.median_ms if measured else None
-            rows.append(
-                {
-                    "model": r.name,
-                    "granularity": r.granularity,
-                    "mode": _MODE.value,
-                    "estimated_ms": est.ms,
-                    "low_ms": est.low_ms,
-                    "high_ms": est.high_ms,
-                    "bricks": est.bricks,
-                    "noisy_bricks": len(est.noisy_signatures),
-                    "measured_ms": m,
-                    "measured_noisy": measured.noisy if measured else None,
-                    "normalized": est.ms / m if m else None,
-                }
-            )
+        rows = job.estimate_plans(
+            ((r.name, r) for r in recipes),
+            settings,
+            system_fingerprint(),
+            store,
+            _MODE.value,
+        )
     print(report.format_estimates(rows))
     if noisy := report.format_noisy(rows):
         print(f"\n{noisy}")
