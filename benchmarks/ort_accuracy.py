@@ -30,7 +30,6 @@ Usage:
 
 from __future__ import annotations
 
-import dataclasses
 import math
 import os
 import re
@@ -88,7 +87,12 @@ _BRICK_MAX_SECONDS = flags.DEFINE_float(
     "brick_max_seconds", 1.0, "Sampling cap per brick, seconds."
 )
 _COPIES = flags.DEFINE_integer(
-    "input_copies", 1, "Input copies the calls rotate through.", lower_bound=1
+    "input_copies",
+    1,
+    "Input copies the calls rotate through, bricks only: inside a whole "
+    "model a brick's input was just written by another layer, not left "
+    "in cache by the brick's previous call.",
+    lower_bound=1,
 )
 _WEIGHT_COPIES = flags.DEFINE_integer(
     "weight_copies",
@@ -456,26 +460,26 @@ def main(argv: list[str]) -> None:
         inter_op_threads=_INTER.value,
         backend="onnxruntime",
     )
-    from dlbricks_tf import errors, ort_timing
+    from dlbricks_tf import errors, sampling
     from dlbricks_tf.fingerprint import system_fingerprint
     from dlbricks_tf.report import format_report
     from dlbricks_tf.store import Store
 
-    options = ort_timing.TimingOptions(
+    # ORT times each brick alone ("loop"). Copies emulate what a brick
+    # sees inside a whole model (cold weights and input): bricks only, as
+    # in benchmarks/accuracy.py and the command line.
+    options, brick_options = sampling.model_and_brick_options(
+        "loop",
         precision=_PRECISION.value,
         max_samples=_MAX_SAMPLES.value,
         max_seconds=_MAX_SECONDS.value,
         target_sample_ms=_TARGET_MS.value,
         samples_per_call=_SAMPLES_PER_CALL.value,
-        input_copies=_COPIES.value,
         absolute_precision_ms=_ABSOLUTE_MS.value,
-    )
-    # Weight copies emulate a whole model's cold weights: bricks only.
-    brick_options = dataclasses.replace(
-        options,
+        input_copies=_COPIES.value,
         weight_copies=_WEIGHT_COPIES.value,
-        max_samples=_BRICK_MAX_SAMPLES.value,
-        max_seconds=_BRICK_MAX_SECONDS.value,
+        brick_max_samples=_BRICK_MAX_SAMPLES.value,
+        brick_max_seconds=_BRICK_MAX_SECONDS.value,
     )
     out = Path(_OUT.value)
     out.mkdir(parents=True, exist_ok=True)

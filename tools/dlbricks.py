@@ -493,31 +493,23 @@ def _duration(seconds: float) -> str:
 
 
 def _timing_options():
-    import dataclasses
+    """(options of whole models, options of bricks) from the flags."""
+    from dlbricks_tf import sampling
 
-    from dlbricks_tf import timing
-
-    options = timing.TimingOptions(
+    return sampling.model_and_brick_options(
+        _PROTOCOL.value,
         precision=_PRECISION.value,
         min_samples=_MIN_SAMPLES.value,
         max_samples=_MAX_SAMPLES.value,
         max_seconds=_MAX_SECONDS.value,
         target_sample_ms=_TARGET_MS.value,
-    )
-    bricks = dataclasses.replace(
-        options,
         weight_copies=_WEIGHT_COPIES.value,
         input_copies=_INPUT_COPIES.value,
         chain_links=_CHAIN_LINKS.value,
         chain_order=_CHAIN_ORDER.value,
+        brick_max_samples=_BRICK_MAX_SAMPLES.value,
+        brick_max_seconds=_BRICK_MAX_SECONDS.value,
     )
-    if _PROTOCOL.value == "loop":  # Caps per brick; a chain's are a model's.
-        bricks = dataclasses.replace(
-            bricks,
-            max_samples=min(_BRICK_MAX_SAMPLES.value, _MAX_SAMPLES.value),
-            max_seconds=min(_BRICK_MAX_SECONDS.value, _MAX_SECONDS.value),
-        )
-    return options, bricks
 
 
 def _paths() -> tuple[str, str, str]:
