@@ -30,7 +30,6 @@ Usage:
 
 from __future__ import annotations
 
-import math
 import os
 import re
 import time
@@ -39,7 +38,6 @@ from pathlib import Path
 from absl import app, flags, logging
 
 from dlbricks_tf import corpus
-from dlbricks_tf import split as split_lib
 
 # One model per family (corpus.FAMILIES); --all for the 40.
 _DEFAULT_MODELS = list(corpus.FAMILIES)
@@ -285,39 +283,8 @@ def _interleave(model_timer, brick_timers, clock, on_brick, on_model):
         pending = left
 
 
-def _row(name, g, settings, measured, results, d, new_bricks):
-    from dlbricks_tf import estimate as estimate_lib
-
-    seq = estimate_lib.estimate(d, results, "sequential")
-    par = estimate_lib.estimate(d, results, "parallel")
-    low = estimate_lib.estimate(d, results, statistic="min")
-    return {
-        "model": name,
-        "granularity": g,
-        "split": split_lib.split_name(d.fuse),
-        "batch_size": settings.batch_size,
-        "measured_ms": measured.median_ms,
-        "estimated_ms": seq.ms,
-        "estimated_parallel_ms": par.ms,
-        "normalized": seq.ms / measured.median_ms
-        if measured.median_ms > 0
-        else math.inf,
-        "normalized_min": low.ms / measured.min_ms
-        if measured.min_ms > 0
-        else math.inf,
-        "estimated_low_ms": seq.low_ms,
-        "estimated_high_ms": seq.high_ms,
-        "measured_noisy": measured.noisy,
-        "dispatch_ms": measured.dispatch_ms,
-        "noisy_bricks": len(seq.noisy_signatures),
-        "bricks": seq.bricks,
-        "new_unique_bricks": new_bricks,
-    }
-
-
 def _run_granularity(g, sources, settings, fp, options, brick_options, store):
     """Measures every model at one G on ORT; returns (runs, corpus, errors)."""
-    from dlbricks_tf import estimate as estimate_lib
     from dlbricks_tf import job, ort_timing
     from dlbricks_tf import suite as suite_lib
 
@@ -393,15 +360,10 @@ def _run_granularity(g, sources, settings, fp, options, brick_options, store):
             store.put_model(source.name, settings, fp, measured[source.name])
         else:
             measured[source.name] = stored_models[source.name]
-        row = _row(
-            source.name,
-            g,
-            settings,
-            measured[source.name],
-            results,
-            d,
-            len(brick_timers),
+        row = job.model_row(
+            source.name, g, settings, measured[source.name], results, d
         )
+        row["new_unique_bricks"] = len(brick_timers)
         runs.append(row)
         logging.info(
             "G=%d %s: measured %.3f ms, estimated %.3f ms (x%.3f), "
@@ -417,23 +379,17 @@ def _run_granularity(g, sources, settings, fp, options, brick_options, store):
         del brick_timers, model_timer
     if not runs:
         return runs, None, failed
-    normalized = [r["normalized"] for r in runs]
-    corpus_row = {
-        "granularity": g,
-        "split": split_lib.split_name(_FUSE.value),
-        "geomean_normalized": job.geomean(normalized),
-        "min_normalized": min(normalized),
-        "max_normalized": max(normalized),
-        "speedup": estimate_lib.speedup(
-            {n: t.median_ms for n, t in measured.items()},
-            {s: results[s].median_ms for s in suite.signatures},
-        ),
-        "campaign_wall_s": clock.seconds["campaign"],
-        "end_to_end_wall_s": clock.seconds["end_to_end"],
-        "conversion_wall_s": clock.seconds["conversion"],
-        "unique_bricks": len(suite),
-        "total_bricks": suite.total_bricks,
-    }
+    corpus_row = job.corpus_row(
+        g,
+        _FUSE.value,
+        runs,
+        measured,
+        results,
+        suite,
+        campaign_wall_s=clock.seconds["campaign"],
+        end_to_end_wall_s=clock.seconds["end_to_end"],
+        conversion_wall_s=clock.seconds["conversion"],
+    )
     return runs, corpus_row, failed
 
 

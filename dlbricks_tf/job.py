@@ -249,7 +249,6 @@ def run_granularity(
     import keras
 
     from dlbricks_tf import bench, campaign, timing
-    from dlbricks_tf import estimate as estimate_lib
     from dlbricks_tf import suite as suite_lib
 
     brick_options = brick_options or options
@@ -429,7 +428,14 @@ def run_granularity(
             source.name, settings, fingerprint, measured[source.name]
         )
         runs.append(
-            _row(source.name, granularity, settings, measured, results, d)
+            model_row(
+                source.name,
+                granularity,
+                settings,
+                measured[source.name],
+                results,
+                d,
+            )
         )
         runs[-1]["new_unique_bricks"] = new_bricks
         row = runs[-1]
@@ -441,27 +447,20 @@ def run_granularity(
             f"{row['bricks']} bricks, {new_bricks} timed"
         )
         del model, model_timer, rounds
-    normalized = [r["normalized"] for r in runs]
-    corpus_row = {
-        "granularity": granularity,
-        "geomean_normalized": geomean(normalized),
-        "min_normalized": min(normalized),
-        "max_normalized": max(normalized),
-        "speedup": estimate_lib.speedup(
-            {n: t.median_ms for n, t in measured.items()},
-            {s: results[s].median_ms for s in suite.signatures},
-        ),
-        "split": split_name(fuse),
-        "campaign_wall_s": clock["campaign"],
-        "campaign_setup_s": clock["setup"],
-        "bricks_timed": total - len(sources),
-        "end_to_end_wall_s": clock["end_to_end"],
-        "unique_bricks": len(suite),
-        "total_bricks": suite.total_bricks,
-    }
     return GranularityResult(
         runs,
-        corpus_row,
+        corpus_row(
+            granularity,
+            fuse,
+            runs,
+            measured,
+            results,
+            suite,
+            campaign_wall_s=clock["campaign"],
+            campaign_setup_s=clock["setup"],
+            bricks_timed=total - len(sources),
+            end_to_end_wall_s=clock["end_to_end"],
+        ),
         decompositions,
         suite,
         results,
@@ -470,16 +469,28 @@ def run_granularity(
     )
 
 
-def _row(name, g, settings, measured, results, d) -> dict[str, Any]:
+def model_row(
+    name: str, granularity: int, settings, measured: Timing, results, d
+) -> dict[str, Any]:
+    """One model's row of report.json: measured against estimated.
+
+    Args:
+        name: The model.
+        granularity: G.
+        settings: The `RunSettings` it was timed under.
+        measured: Its end-to-end timing.
+        results: {signature: timing} holding every brick of `d`.
+        d: Its decomposition at G.
+    """
     from dlbricks_tf import estimate as estimate_lib
     from dlbricks_tf import precision
 
     seq = estimate_lib.estimate(d, results, "sequential")
     par = estimate_lib.estimate(d, results, "parallel")
-    m = measured[name]
+    m = measured
     return {
         "model": name,
-        "granularity": g,
+        "granularity": granularity,
         "split": split_name(d.fuse),
         "batch_size": settings.batch_size,
         "measured_ms": m.median_ms,
@@ -502,6 +513,46 @@ def _row(name, g, settings, measured, results, d) -> dict[str, Any]:
         "estimate_precision": precision.estimate_precision(
             collections.Counter(b.signature for b in d.bricks), results
         ),
+    }
+
+
+def corpus_row(
+    granularity: int,
+    fuse: bool,
+    runs: Sequence[Mapping[str, Any]],
+    measured: Mapping[str, Timing],
+    results: Mapping[str, Timing],
+    suite,
+    **wall_clock: Any,
+) -> dict[str, Any]:
+    """The corpus row of report.json at one G: the figures over the models.
+
+    Args:
+        granularity: G.
+        fuse: Whether the models were cut into fusion units.
+        runs: The models' rows (`model_row`), at least one.
+        measured: {model: end-to-end timing} of those models.
+        results: {signature: timing} holding every brick of `suite`.
+        suite: Their unique bricks (`dlbricks_tf.suite.Suite`).
+        **wall_clock: What the run cost, e.g. campaign_wall_s=12.5; kept
+            in the row in the order given.
+    """
+    from dlbricks_tf import estimate as estimate_lib
+
+    normalized = [r["normalized"] for r in runs]
+    return {
+        "granularity": granularity,
+        "geomean_normalized": geomean(normalized),
+        "min_normalized": min(normalized),
+        "max_normalized": max(normalized),
+        "speedup": estimate_lib.speedup(
+            {n: t.median_ms for n, t in measured.items()},
+            {s: results[s].median_ms for s in suite.signatures},
+        ),
+        "split": split_name(fuse),
+        **wall_clock,
+        "unique_bricks": len(suite),
+        "total_bricks": suite.total_bricks,
     }
 
 
