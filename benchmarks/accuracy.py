@@ -24,7 +24,6 @@ Usage:
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import os
 from pathlib import Path
@@ -271,7 +270,7 @@ def main(argv: list[str]) -> None:
     settings_lib.configure_threads(
         settings.intra_op_threads, settings.inter_op_threads
     )
-    from dlbricks_tf import sampling
+    from dlbricks_tf import job, sampling
     from dlbricks_tf.fingerprint import system_fingerprint
     from dlbricks_tf.report import format_report
     from dlbricks_tf.store import Store
@@ -297,13 +296,7 @@ def main(argv: list[str]) -> None:
     out.mkdir(parents=True, exist_ok=True)
     fp = system_fingerprint()
     names = _model_names()
-    report = {
-        "system": {**fp.to_dict(), "id": fp.id},
-        "settings": settings.to_dict(),
-        "options": dataclasses.asdict(brick_options),
-        "runs": [],
-        "corpus": [],
-    }
+    report = job.new_report(fp, settings, brick_options)
     with Store(out / "store.sqlite") as store:
         for g in granularities:
             for split in _SPLITS.value:
