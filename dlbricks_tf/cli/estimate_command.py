@@ -29,14 +29,20 @@ def estimate(sources, gs, safe_mode) -> None:
         backend=backend,
         protocol=timing_flags.protocol(backend),
     )
-    fp = system_fingerprint()
+    # Cut as bench cut them (--fuse, --input_shape), one model at a time.
+    plans = (
+        (s.name, shared_flags.decompose(s, g, safe_mode))
+        for g in gs
+        for s in sources
+    )
     with outputs.open_store(db, must_exist=True) as store:
-        rows = []
-        for g in gs:
-            rows += job.estimate_models(
-                sources, g, settings, fp, store, shared_flags.MODE.value,
-                safe_mode=safe_mode, fuse=shared_flags.FUSE.value,
-            )  # fmt: skip
+        rows = job.estimate_plans(
+            plans,
+            settings,
+            system_fingerprint(),
+            store,
+            shared_flags.MODE.value,
+        )
     _print(rows)
 
 
