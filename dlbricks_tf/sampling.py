@@ -130,13 +130,18 @@ def model_and_brick_options(
         chain_links=chain_links,
         chain_order=chain_order,
     )
-    if protocol == "loop" and brick_max_samples is not None:
-        most = min(brick_max_samples, options.max_samples)
-        bricks = dataclasses.replace(bricks, max_samples=most)
-    if protocol == "loop" and brick_max_seconds is not None:
-        longest = min(brick_max_seconds, options.max_seconds)
-        bricks = dataclasses.replace(bricks, max_seconds=longest)
+    if protocol == "loop":
+        bricks = dataclasses.replace(
+            bricks,
+            max_samples=_within(brick_max_samples, options.max_samples),
+            max_seconds=_within(brick_max_seconds, options.max_seconds),
+        )
     return options, bricks
+
+
+def _within(cap, most):
+    """`cap`, at most `most` (`most` when there is no cap)."""
+    return most if cap is None else min(cap, most)
 
 
 class Sampler(Protocol):
