@@ -32,7 +32,6 @@ Usage:
 
 from __future__ import annotations
 
-import dataclasses
 import functools
 import json
 import os
@@ -307,45 +306,32 @@ def main(argv: list[str]) -> None:
     settings_lib.configure_threads(
         settings.intra_op_threads, settings.inter_op_threads
     )
-    from dlbricks_tf import timing
+    from dlbricks_tf import job, sampling
     from dlbricks_tf.fingerprint import system_fingerprint
     from dlbricks_tf.report import format_report
     from dlbricks_tf.store import Store
 
-    options = timing.TimingOptions(
+    # Copies emulate what a brick sees inside a whole model (its weights
+    # and input not left in cache by its previous call): bricks only.
+    options, brick_options = sampling.model_and_brick_options(
+        settings.protocol,
         precision=_PRECISION.value,
         max_samples=_MAX_SAMPLES.value,
         max_seconds=_MAX_SECONDS.value,
         target_sample_ms=_TARGET_MS.value,
         samples_per_call=_SAMPLES_PER_CALL.value,
         absolute_precision_ms=_ABSOLUTE_MS.value,
-    )
-    # Copies emulate what a brick sees inside a whole model (its weights
-    # and input not left in cache by its previous call): bricks only. A
-    # whole model's trace would grow by the number of copies.
-    brick_options = dataclasses.replace(
-        options,
         input_copies=_COPIES.value,
         weight_copies=_WEIGHT_COPIES.value,
         chain_links=_CHAIN_LINKS.value,
         chain_order=_CHAIN_ORDER.value,
+        brick_max_samples=_BRICK_MAX_SAMPLES.value,
+        brick_max_seconds=_BRICK_MAX_SECONDS.value,
     )
-    if settings.protocol == "loop":  # Caps per brick; a chain's are a model's.
-        brick_options = dataclasses.replace(
-            brick_options,
-            max_samples=_BRICK_MAX_SAMPLES.value,
-            max_seconds=_BRICK_MAX_SECONDS.value,
-        )
     out = Path(_OUT.value)
     out.mkdir(parents=True, exist_ok=True)
     fp = system_fingerprint()
-    report = {
-        "system": {**fp.to_dict(), "id": fp.id},
-        "settings": settings.to_dict(),
-        "options": dataclasses.asdict(brick_options),
-        "runs": [],
-        "corpus": [],
-    }
+    report = job.new_report(fp, settings, brick_options)
     with Store(out / "store.sqlite") as store:
         for g in granularities:
             for split in _SPLITS.value:

@@ -25,7 +25,7 @@ from absl import app, flags
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from dlbricks_tf import corpus, decompose  # noqa: E402
+from dlbricks_tf import corpus, decompose, stats  # noqa: E402
 
 _MODELS = flags.DEFINE_list(
     "models", list(corpus.APPLICATIONS), "keras.applications names."
@@ -147,7 +147,7 @@ def main(argv):
         unique = set().union(*(r["signatures"] for r in rows))
         bricks = sum(r["bricks"] for r in rows)
         ratios = [r["ratio"] for r in rows]
-        geomean = math.exp(sum(math.log(r) for r in ratios) / len(ratios))
+        geomean = stats.geomean(ratios)
         corpus_rows.append(
             {
                 "granularity": g,

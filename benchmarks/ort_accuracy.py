@@ -30,8 +30,6 @@ Usage:
 
 from __future__ import annotations
 
-import dataclasses
-import math
 import os
 import re
 import time
@@ -40,7 +38,6 @@ from pathlib import Path
 from absl import app, flags, logging
 
 from dlbricks_tf import corpus
-from dlbricks_tf import split as split_lib
 
 # One model per family (corpus.FAMILIES); --all for the 40.
 _DEFAULT_MODELS = list(corpus.FAMILIES)
@@ -88,7 +85,12 @@ _BRICK_MAX_SECONDS = flags.DEFINE_float(
     "brick_max_seconds", 1.0, "Sampling cap per brick, seconds."
 )
 _COPIES = flags.DEFINE_integer(
-    "input_copies", 1, "Input copies the calls rotate through.", lower_bound=1
+    "input_copies",
+    1,
+    "Input copies the calls rotate through, bricks only: inside a whole "
+    "model a brick's input was just written by another layer, not left "
+    "in cache by the brick's previous call.",
+    lower_bound=1,
 )
 _WEIGHT_COPIES = flags.DEFINE_integer(
     "weight_copies",
@@ -281,39 +283,8 @@ def _interleave(model_timer, brick_timers, clock, on_brick, on_model):
         pending = left
 
 
-def _row(name, g, settings, measured, results, d, new_bricks):
-    from dlbricks_tf import estimate as estimate_lib
-
-    seq = estimate_lib.estimate(d, results, "sequential")
-    par = estimate_lib.estimate(d, results, "parallel")
-    low = estimate_lib.estimate(d, results, statistic="min")
-    return {
-        "model": name,
-        "granularity": g,
-        "split": split_lib.split_name(d.fuse),
-        "batch_size": settings.batch_size,
-        "measured_ms": measured.median_ms,
-        "estimated_ms": seq.ms,
-        "estimated_parallel_ms": par.ms,
-        "normalized": seq.ms / measured.median_ms
-        if measured.median_ms > 0
-        else math.inf,
-        "normalized_min": low.ms / measured.min_ms
-        if measured.min_ms > 0
-        else math.inf,
-        "estimated_low_ms": seq.low_ms,
-        "estimated_high_ms": seq.high_ms,
-        "measured_noisy": measured.noisy,
-        "dispatch_ms": measured.dispatch_ms,
-        "noisy_bricks": len(seq.noisy_signatures),
-        "bricks": seq.bricks,
-        "new_unique_bricks": new_bricks,
-    }
-
-
 def _run_granularity(g, sources, settings, fp, options, brick_options, store):
     """Measures every model at one G on ORT; returns (runs, corpus, errors)."""
-    from dlbricks_tf import estimate as estimate_lib
     from dlbricks_tf import job, ort_timing
     from dlbricks_tf import suite as suite_lib
 
@@ -389,15 +360,10 @@ def _run_granularity(g, sources, settings, fp, options, brick_options, store):
             store.put_model(source.name, settings, fp, measured[source.name])
         else:
             measured[source.name] = stored_models[source.name]
-        row = _row(
-            source.name,
-            g,
-            settings,
-            measured[source.name],
-            results,
-            d,
-            len(brick_timers),
+        row = job.model_row(
+            source.name, g, settings, measured[source.name], results, d
         )
+        row["new_unique_bricks"] = len(brick_timers)
         runs.append(row)
         logging.info(
             "G=%d %s: measured %.3f ms, estimated %.3f ms (x%.3f), "
@@ -413,23 +379,17 @@ def _run_granularity(g, sources, settings, fp, options, brick_options, store):
         del brick_timers, model_timer
     if not runs:
         return runs, None, failed
-    normalized = [r["normalized"] for r in runs]
-    corpus_row = {
-        "granularity": g,
-        "split": split_lib.split_name(_FUSE.value),
-        "geomean_normalized": job.geomean(normalized),
-        "min_normalized": min(normalized),
-        "max_normalized": max(normalized),
-        "speedup": estimate_lib.speedup(
-            {n: t.median_ms for n, t in measured.items()},
-            {s: results[s].median_ms for s in suite.signatures},
-        ),
-        "campaign_wall_s": clock.seconds["campaign"],
-        "end_to_end_wall_s": clock.seconds["end_to_end"],
-        "conversion_wall_s": clock.seconds["conversion"],
-        "unique_bricks": len(suite),
-        "total_bricks": suite.total_bricks,
-    }
+    corpus_row = job.corpus_row(
+        g,
+        _FUSE.value,
+        runs,
+        measured,
+        results,
+        suite,
+        campaign_wall_s=clock.seconds["campaign"],
+        end_to_end_wall_s=clock.seconds["end_to_end"],
+        conversion_wall_s=clock.seconds["conversion"],
+    )
     return runs, corpus_row, failed
 
 
@@ -456,26 +416,26 @@ def main(argv: list[str]) -> None:
         inter_op_threads=_INTER.value,
         backend="onnxruntime",
     )
-    from dlbricks_tf import errors, ort_timing
+    from dlbricks_tf import errors, sampling
     from dlbricks_tf.fingerprint import system_fingerprint
     from dlbricks_tf.report import format_report
     from dlbricks_tf.store import Store
 
-    options = ort_timing.TimingOptions(
+    # ORT times each brick alone ("loop"). Copies emulate what a brick
+    # sees inside a whole model (cold weights and input): bricks only, as
+    # in benchmarks/accuracy.py and the command line.
+    options, brick_options = sampling.model_and_brick_options(
+        "loop",
         precision=_PRECISION.value,
         max_samples=_MAX_SAMPLES.value,
         max_seconds=_MAX_SECONDS.value,
         target_sample_ms=_TARGET_MS.value,
         samples_per_call=_SAMPLES_PER_CALL.value,
-        input_copies=_COPIES.value,
         absolute_precision_ms=_ABSOLUTE_MS.value,
-    )
-    # Weight copies emulate a whole model's cold weights: bricks only.
-    brick_options = dataclasses.replace(
-        options,
+        input_copies=_COPIES.value,
         weight_copies=_WEIGHT_COPIES.value,
-        max_samples=_BRICK_MAX_SAMPLES.value,
-        max_seconds=_BRICK_MAX_SECONDS.value,
+        brick_max_samples=_BRICK_MAX_SAMPLES.value,
+        brick_max_seconds=_BRICK_MAX_SECONDS.value,
     )
     out = Path(_OUT.value)
     out.mkdir(parents=True, exist_ok=True)

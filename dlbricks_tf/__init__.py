@@ -11,19 +11,51 @@ Example:
     >>> for b in d.bricks:
     ...     print(b.layers, b.signature)
     >>> brick_model = d.bricks[5].build(batch_size=1)
+
+The public API is imported on first use: importing the package (or a
+module of it that needs no Keras, such as `dlbricks_tf.ort_timing` or the
+store) does not import TensorFlow.
 """
 
-from dlbricks_tf.brick import Brick
-from dlbricks_tf.decompose import Decomposition, decompose
-from dlbricks_tf.errors import DecompositionError, Error, LoadError
-from dlbricks_tf.graph import TensorSpec
+import importlib
+import sys
+import types
 
-__all__ = [
-    "Brick",
-    "Decomposition",
-    "DecompositionError",
-    "Error",
-    "LoadError",
-    "TensorSpec",
-    "decompose",
-]
+# Public name -> the module that defines it.
+_PUBLIC = {
+    "Brick": "dlbricks_tf.brick",
+    "Decomposition": "dlbricks_tf.decompose",
+    "DecompositionError": "dlbricks_tf.errors",
+    "Error": "dlbricks_tf.errors",
+    "LoadError": "dlbricks_tf.errors",
+    "TensorSpec": "dlbricks_tf.graph",
+    "decompose": "dlbricks_tf.decompose",
+}
+
+__all__ = sorted(_PUBLIC)
+
+
+class _Package(types.ModuleType):
+    """This package, whose public names are imported when first read."""
+
+    def __getattr__(self, name: str):
+        if name not in _PUBLIC:
+            raise AttributeError(
+                f"module {self.__name__!r} has no attribute {name!r}"
+            )
+        value = getattr(importlib.import_module(_PUBLIC[name]), name)
+        super().__setattr__(name, value)
+        return value
+
+    def __setattr__(self, name: str, value) -> None:
+        # Importing the submodule dlbricks_tf.decompose binds it to the
+        # package's attribute `decompose`: the function keeps the name.
+        if name in _PUBLIC and isinstance(value, types.ModuleType):
+            return
+        super().__setattr__(name, value)
+
+    def __dir__(self) -> list[str]:
+        return sorted({*super().__dir__(), *_PUBLIC})
+
+
+sys.modules[__name__].__class__ = _Package

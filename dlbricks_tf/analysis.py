@@ -30,7 +30,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, Protocol
 
 from dlbricks_tf import estimate as estimate_lib
-from dlbricks_tf.stats import Timing
+from dlbricks_tf.stats import Timing, geomean
 
 
 class _Brick(Protocol):
@@ -356,12 +356,6 @@ def reuse(
             )
         )
     return tuple(out)
-
-
-def geomean(values: Iterable[float]) -> float:
-    """Geometric mean of positive values (nan for none)."""
-    logs = [math.log(v) for v in values]
-    return math.exp(sum(logs) / len(logs)) if logs else math.nan
 
 
 def tradeoff(

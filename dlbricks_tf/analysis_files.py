@@ -11,13 +11,12 @@ from __future__ import annotations
 
 import csv
 import json
-import math
 import re
 from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from dlbricks_tf import analysis, charts, summaries
+from dlbricks_tf import analysis, charts, json_files, summaries
 
 if TYPE_CHECKING:
     from dlbricks_tf.analyze import AnalysisResult
@@ -56,7 +55,7 @@ def write_all(result: AnalysisResult, out: Path) -> list[str]:
             _write_csv(out / f"{name}.csv", rows)
             written.append(f"{name}.csv")
     (out / "analysis.json").write_text(
-        json.dumps(_finite(to_dict(result, tables)), indent=1),
+        json.dumps(json_files.finite(to_dict(result, tables)), indent=1),
         encoding="utf-8",
     )
     written.append("analysis.json")
@@ -149,17 +148,6 @@ def _write_csv(path: Path, rows: Records) -> None:
         writer.writerow(rows[0])
         for row in rows:
             writer.writerow("" if v is None else v for v in row.values())
-
-
-def _finite(value: Any) -> Any:
-    """NaN and infinities become None: JSON has no literal for them."""
-    if isinstance(value, float) and not math.isfinite(value):
-        return None
-    if isinstance(value, dict):
-        return {k: _finite(v) for k, v in value.items()}
-    if isinstance(value, list):
-        return [_finite(v) for v in value]
-    return value
 
 
 def _charts(result: AnalysisResult) -> dict[str, bytes]:

@@ -38,13 +38,13 @@ import json
 import math
 import os
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from dlbricks_tf import corpus, errors
+from dlbricks_tf import corpus, errors, json_files
 from dlbricks_tf.split import split_name
-from dlbricks_tf.stats import Timing
+from dlbricks_tf.stats import Timing, geomean
 
 # The default corpus of `run`: three families (inverted residuals, residual
 # bottlenecks, squeeze-and-excitation) that share many bricks at G=1 and
@@ -256,13 +256,6 @@ def resolve_models(
     return sources
 
 
-def geomean(values: Sequence[float]) -> float:
-    """Geometric mean of positive values (nan if there is none)."""
-    if not values:
-        return float("nan")
-    return math.exp(sum(math.log(v) for v in values) / len(values))
-
-
 @dataclasses.dataclass
 class GranularityResult:
     """What `run_granularity` measured at one G.
@@ -348,7 +341,6 @@ def run_granularity(
     import keras
 
     from dlbricks_tf import bench, campaign, timing
-    from dlbricks_tf import estimate as estimate_lib
     from dlbricks_tf import suite as suite_lib
     from dlbricks_tf.settings import ThreadPoolError
     from dlbricks_tf.store import StoreError
@@ -580,8 +572,14 @@ def run_granularity(
         store.put_model(
             source.name, settings, fingerprint, measured[source.name]
         )
-        row = _row(
-            source.name, granularity, settings, measured, results, d, failed
+        row = model_row(
+            source.name,
+            granularity,
+            settings,
+            measured[source.name],
+            results,
+            d,
+            failed,
         )
         row["new_unique_bricks"] = new_bricks
         runs.append(row)
@@ -605,39 +603,21 @@ def run_granularity(
             f"{row['bricks']} bricks, {new_bricks} timed"
         )
         del model, model_timer, rounds
-    estimable = [r for r in runs if not math.isnan(r["estimated_ms"])]
-    normalized = [r["normalized"] for r in estimable]
-    # The speed-up of the models that have an estimate, over their bricks.
-    used = {
-        b.signature
-        for r in estimable
-        for b in decompositions[r["model"]].bricks
-    }
-    corpus_row = {
-        "granularity": granularity,
-        "geomean_normalized": geomean(normalized),
-        "min_normalized": min(normalized, default=math.nan),
-        "max_normalized": max(normalized, default=math.nan),
-        "speedup": (
-            estimate_lib.speedup(
-                {r["model"]: measured[r["model"]].median_ms for r in estimable},
-                {s: results[s].median_ms for s in used},
-            )
-            if estimable
-            else math.nan
-        ),
-        "split": split_name(fuse),
-        "campaign_wall_s": clock["campaign"],
-        "campaign_setup_s": clock["setup"],
-        "bricks_timed": total - len(sources) - len(failed),
-        "end_to_end_wall_s": clock["end_to_end"],
-        "unique_bricks": len(suite),
-        "total_bricks": suite.total_bricks,
-        "failed_bricks": len(failed),
-    }
     return GranularityResult(
         runs,
-        corpus_row,
+        corpus_row(
+            granularity,
+            fuse,
+            runs,
+            measured,
+            results,
+            suite,
+            len(failed),
+            campaign_wall_s=clock["campaign"],
+            campaign_setup_s=clock["setup"],
+            bricks_timed=total - len(sources) - len(failed),
+            end_to_end_wall_s=clock["end_to_end"],
+        ),
         decompositions,
         suite,
         results,
@@ -647,20 +627,38 @@ def run_granularity(
     )
 
 
-def _row(name, g, settings, measured, results, d, failed) -> dict[str, Any]:
-    """A report row; without a timing of every brick, no estimate (nan).
+def model_row(
+    name: str,
+    granularity: int,
+    settings,
+    measured: Timing,
+    results,
+    d,
+    failed: Mapping[str, str] | None = None,
+) -> dict[str, Any]:
+    """One model's row of report.json: measured against estimated.
 
-    `failed_bricks` holds {signature: reason} of the model's bricks in
-    `failed`.
+    Without a timing of every brick there is no estimate (nan).
+
+    Args:
+        name: The model.
+        granularity: G.
+        settings: The `RunSettings` it was timed under.
+        measured: Its end-to-end timing.
+        results: {signature: timing} of the bricks timed.
+        d: Its decomposition at G.
+        failed: {signature: reason} of the bricks that failed; the row's
+            `failed_bricks` holds the model's.
     """
     from dlbricks_tf import estimate as estimate_lib
     from dlbricks_tf import precision
 
-    m = measured[name]
+    failed = failed or {}
+    m = measured
     signatures = dict.fromkeys(b.signature for b in d.bricks)
     row = {
         "model": name,
-        "granularity": g,
+        "granularity": granularity,
         "split": split_name(d.fuse),
         "batch_size": settings.batch_size,
         "measured_ms": m.median_ms,
@@ -702,6 +700,63 @@ def _row(name, g, settings, measured, results, d, failed) -> dict[str, Any]:
         "estimate_precision": precision.estimate_precision(
             collections.Counter(b.signature for b in d.bricks), results
         ),
+    }
+
+
+def corpus_row(
+    granularity: int,
+    fuse: bool,
+    runs: Sequence[Mapping[str, Any]],
+    measured: Mapping[str, Timing],
+    results: Mapping[str, Timing],
+    suite,
+    failed_bricks: int = 0,
+    **wall_clock: Any,
+) -> dict[str, Any]:
+    """The corpus row of report.json at one G: the figures over the models.
+
+    The figures are those of the models that have an estimate; the
+    speed-up is theirs over their bricks.
+
+    Args:
+        granularity: G.
+        fuse: Whether the models were cut into fusion units.
+        runs: The models' rows (`model_row`), at least one.
+        measured: {model: end-to-end timing} of those models.
+        results: {signature: timing} of the bricks timed.
+        suite: Their unique bricks (`dlbricks_tf.suite.Suite`).
+        failed_bricks: How many bricks failed.
+        **wall_clock: What the run cost, e.g. campaign_wall_s=12.5; kept
+            in the row in the order given.
+    """
+    from dlbricks_tf import estimate as estimate_lib
+
+    estimable = [r for r in runs if not math.isnan(r["estimated_ms"])]
+    names = {r["model"] for r in estimable}
+    normalized = [r["normalized"] for r in estimable]
+    used = {
+        e.signature
+        for e in suite.entries
+        if any(name in names for name, _ in e.counts)
+    }
+    return {
+        "granularity": granularity,
+        "geomean_normalized": geomean(normalized),
+        "min_normalized": min(normalized, default=math.nan),
+        "max_normalized": max(normalized, default=math.nan),
+        "speedup": (
+            estimate_lib.speedup(
+                {n: measured[n].median_ms for n in names},
+                {s: results[s].median_ms for s in used},
+            )
+            if estimable
+            else math.nan
+        ),
+        "split": split_name(fuse),
+        **wall_clock,
+        "unique_bricks": len(suite),
+        "total_bricks": suite.total_bricks,
+        "failed_bricks": failed_bricks,
     }
 
 
@@ -784,17 +839,7 @@ def run_job(
 
 def write_report(report: Mapping[str, Any], path: str | os.PathLike) -> None:
     """Writes report.json (non-finite numbers as null)."""
-    Path(path).write_text(json.dumps(_finite(report), indent=1))
-
-
-def _finite(value: Any) -> Any:
-    if isinstance(value, float) and not math.isfinite(value):
-        return None
-    if isinstance(value, Mapping):
-        return {k: _finite(v) for k, v in value.items()}
-    if isinstance(value, list | tuple):
-        return [_finite(v) for v in value]
-    return value
+    Path(path).write_text(json.dumps(json_files.finite(report), indent=1))
 
 
 def measure_models(
@@ -857,6 +902,38 @@ def estimate_models(
     is cut at its own `input_shapes`.
 
     Returns:
+        The rows of `estimate_plans`, one per model.
+
+    Raises:
+        MissingResultsError: A model has bricks without a timing (those
+            recorded as failed are named with their reasons).
+    """
+    plans = (
+        (source.name, source.decompose(granularity, safe_mode, fuse))
+        for source in sources
+    )
+    return estimate_plans(plans, settings, fingerprint, store, mode)
+
+
+def estimate_plans(
+    plans: Iterable[tuple[str, Any]],
+    settings,
+    fingerprint,
+    store,
+    mode: str = "sequential",
+) -> list[dict[str, Any]]:
+    """Estimates models from the store's brick timings, one row each.
+
+    Args:
+        plans: (model name, plan) pairs, read one at a time; a plan is a
+            `Decomposition` or a `dlbricks_tf.recipe.Recipe` (no model
+            needed).
+        settings: The `RunSettings` whose timings are read.
+        fingerprint: The machine whose timings are read.
+        store: The `Store`.
+        mode: "sequential" or "parallel" (see `dlbricks_tf.estimate`).
+
+    Returns:
         One row per model: model, granularity, mode, estimated_ms, low_ms,
         high_ms, bricks, noisy_bricks, and measured_ms, measured_noisy and
         normalized when the store holds an end-to-end timing (else None).
@@ -870,15 +947,14 @@ def estimate_models(
     results = store.results(settings, fingerprint)
     failures = store.failures(settings, fingerprint)
     rows = []
-    for source in sources:
-        d = source.decompose(granularity, safe_mode, fuse)
-        est = estimate_lib.estimate(d, results, mode, failures=failures)
-        measured = store.get_model(source.name, settings, fingerprint)
+    for name, plan in plans:
+        est = estimate_lib.estimate(plan, results, mode, failures=failures)
+        measured = store.get_model(name, settings, fingerprint)
         m = measured.median_ms if measured else None
         rows.append(
             {
-                "model": source.name,
-                "granularity": granularity,
+                "model": name,
+                "granularity": plan.granularity,
                 "mode": mode,
                 "estimated_ms": est.ms,
                 "low_ms": est.low_ms,

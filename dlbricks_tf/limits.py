@@ -26,6 +26,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import json
+import os
 import re
 from collections.abc import Iterator
 from typing import IO, Any
@@ -141,6 +142,27 @@ def read_capped(
         if total > limit:
             raise exceeded(name, what, "is larger", error)
     return b"".join(chunks)
+
+
+def read_file(
+    path: str | os.PathLike, what: str, error: type[errors.Error]
+) -> bytes:
+    """A whole file, refused before reading it if over `file_bytes`.
+
+    Args:
+        path: The file.
+        what: The file, for messages ("Recipe 'a.recipe.json'").
+        error: The reader's error class.
+
+    Raises:
+        error: The file is over the limit (its size, or what it turns out
+            to hold).
+        OSError: As `open` and `read` raise them: the caller says what to
+            do about a missing or unreadable file.
+    """
+    with open(path, "rb") as f:
+        check_bytes("file_bytes", os.fstat(f.fileno()).st_size, what, error)
+        return read_capped(f, "file_bytes", what, error)
 
 
 # A JSON string, escapes included; possessive (no backtracking) and with

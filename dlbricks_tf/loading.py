@@ -338,11 +338,7 @@ def _read_h5(path: str) -> dict:
 def _read_json(path: str) -> dict:
     what = f"Model file {path!r}"
     try:
-        with open(path, "rb") as f:
-            limits.check_bytes(
-                "file_bytes", os.fstat(f.fileno()).st_size, what, LoadError
-            )
-            text = limits.read_capped(f, "file_bytes", what, LoadError)
+        text = limits.read_file(path, what, LoadError)
     except OSError as e:
         raise LoadError(f"Model file '{path}' cannot be read: {e}.") from e
     return _parse(text, path)

@@ -4,7 +4,7 @@ A brick or a whole model converted to ONNX (`dlbricks_tf.onnx_convert`)
 is timed in an `onnxruntime.InferenceSession` on the CPU execution
 provider, with the thread counts of `RunSettings` (intra-op threads,
 inter-op threads; sequential execution, full graph optimisation), under the
-sampling protocol of `dlbricks_tf.timing` and into the same `TimingOptions`
+sampling protocol of `dlbricks_tf.sampling` and into the same `TimingOptions`
 and `stats.Timing`, so results go into the same store under settings with
 `backend="onnxruntime"`.
 
@@ -61,12 +61,15 @@ from typing import Any
 
 import numpy as np
 
+from dlbricks_tf import sampling, stats
 from dlbricks_tf import settings as settings_lib
-from dlbricks_tf import stats, synthetic, timing
 
-# The TF harness's error and options, so callers handle both backends alike.
-MeasurementError = timing.MeasurementError
-TimingOptions = timing.TimingOptions
+# The TF harness's error and options (`dlbricks_tf.timing` re-exports them
+# too), so callers handle both backends alike. Nothing here imports
+# TensorFlow; the synthetic inputs (`dlbricks_tf.synthetic`) come with Keras
+# and are imported when a timer is made.
+MeasurementError = sampling.MeasurementError
+TimingOptions = sampling.TimingOptions
 
 # ORT's type strings of the input dtypes synthetic data can be made for.
 _ORT_DTYPES = {
@@ -368,11 +371,11 @@ def run_overhead_ms(
     return _RUN_OVERHEAD_MS[key]
 
 
-class OrtTimer(timing.AdaptiveSampling):
+class OrtTimer(sampling.AdaptiveSampling):
     """Times one ONNX file under fixed settings, one batch at a time.
 
     The interface of `dlbricks_tf.timing.Timer`: call `sample()` until
-    `done`, then `result()`; `timing.time_interleaved` samples several
+    `done`, then `result()`; `sampling.time_interleaved` samples several
     (of either kind) in interleaved rounds. The first `sample()` warms
     up, calibrates the per-call overhead and chooses K and S.
 
@@ -380,7 +383,7 @@ class OrtTimer(timing.AdaptiveSampling):
         path: The `.onnx` file (a dynamic batch dimension takes
             `settings.batch_size`).
         settings: Run settings with `backend="onnxruntime"`.
-        options: Sampling options (`dlbricks_tf.timing.TimingOptions`).
+        options: Sampling options (`dlbricks_tf.sampling.TimingOptions`).
         input_specs: (shape without the batch dimension, dtype) per input,
             in the file's input order; None reads them from the file. Needed
             where the file leaves a non-batch dimension open.
@@ -420,6 +423,8 @@ class OrtTimer(timing.AdaptiveSampling):
                 "jit_compile (XLA) applies to backend 'tf' only; use "
                 "settings with jit_compile=False for ONNX Runtime."
             )
+        from dlbricks_tf import synthetic  # Imports Keras.
+
         ort = _onnxruntime()
         weight_copies = max(1, self.options.weight_copies)
         input_copies = max(1, self.options.input_copies)
@@ -621,7 +626,7 @@ def time_onnx(
     timer = OrtTimer(
         path, settings, options, input_specs=input_specs, id_bounds=id_bounds
     )
-    return timing.time_interleaved([timer])[0]
+    return sampling.time_interleaved([timer])[0]
 
 
 def convert_for_ort(
@@ -650,7 +655,7 @@ def convert_for_ort(
     Raises:
         dlbricks_tf.onnx_convert.ConversionError: If tf2onnx fails.
     """
-    from dlbricks_tf import onnx_convert
+    from dlbricks_tf import onnx_convert, synthetic
 
     folder = Path(workdir)
     folder.mkdir(parents=True, exist_ok=True)

@@ -31,7 +31,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, Protocol
 
-from dlbricks_tf import errors, limits
+from dlbricks_tf import errors, json_files, limits
 from dlbricks_tf.split import SPLITS, split_name
 
 FORMAT = "dlbricks-recipe"
@@ -42,6 +42,16 @@ _AGAIN = "write it again with `dlbricks export`."
 
 class RecipeError(errors.Error):
     """A recipe file is missing or malformed."""
+
+
+_HEADER = json_files.Header(
+    FORMAT,
+    FORMAT_VERSION,
+    RecipeError,
+    kind="file",
+    instead=f"give a {SUFFIX} file written by `dlbricks export`",
+    again=_AGAIN,
+)
 
 
 class _Decomposition(Protocol):
@@ -159,31 +169,14 @@ def load(path: str | os.PathLike) -> Recipe:
     shown = repr(str(path))
     what = f"Recipe {shown}"
     try:
-        with open(path, "rb") as f:
-            limits.check_bytes(
-                "file_bytes", os.fstat(f.fileno()).st_size, what, RecipeError
-            )
-            text = limits.read_capped(f, "file_bytes", what, RecipeError)
+        text = limits.read_file(path, what, RecipeError)
     except FileNotFoundError:
         raise RecipeError(
             f"Recipe {shown} does not exist: check the path given to --recipe."
         ) from None
     except OSError as e:
         raise RecipeError(f"Cannot read recipe {shown}: {e}") from e
-    data = limits.parse_json(text, what, RecipeError, f"; {_AGAIN[:-1]}")
-    if not isinstance(data, dict) or data.get("format") != FORMAT:
-        found = data.get("format") if isinstance(data, dict) else None
-        raise RecipeError(
-            f"{shown} is not a {FORMAT} file (format {found!r}); give a "
-            f"{SUFFIX} file written by `dlbricks export`."
-        )
-    version = data.get("format_version")
-    if version != FORMAT_VERSION:
-        raise RecipeError(
-            f"Recipe {shown} has format_version {version!r}; this "
-            f"dlbricks_tf reads version {FORMAT_VERSION}: upgrade "
-            f"dlbricks_tf or {_AGAIN}"
-        )
+    data = _HEADER.parse(text, what, shown, named=what)
     if isinstance(data.get("bricks"), list):
         limits.check_count("bricks", len(data["bricks"]), what, RecipeError)
     problem = _problem(data)

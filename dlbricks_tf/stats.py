@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 # Two-sided confidence level of the median's interval.
@@ -82,6 +82,12 @@ class Timing:
         values["samples"] = int(values["samples"])
         values["calls_per_sample"] = int(values.get("calls_per_sample", 1))
         return cls(**values)
+
+
+def geomean(values: Iterable[float]) -> float:
+    """Geometric mean of positive values (nan if there is none)."""
+    logs = [math.log(v) for v in values]
+    return math.exp(sum(logs) / len(logs)) if logs else math.nan
 
 
 def relative_half_width(median: float, low: float, high: float) -> float:

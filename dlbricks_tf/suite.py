@@ -17,6 +17,8 @@ import dataclasses
 from collections.abc import Mapping
 from typing import Any, Protocol
 
+from dlbricks_tf.sharding import shard_of
+
 
 class _Brick(Protocol):
     signature: str
@@ -80,18 +82,13 @@ class Suite:
         """Returns the entries of shard `index` of `count` (round robin).
 
         Shards are disjoint, cover the suite and depend only on the
-        signatures, so every worker computes the same split.
+        signatures, so every worker computes the same split (see
+        `dlbricks_tf.sharding.shard_of`).
 
         Raises:
             ValueError: If not 0 <= index < count.
         """
-        if count < 1 or not 0 <= index < count:
-            raise ValueError(
-                "Need 0 <= index < count. "
-                f"Received: index={index}, count={count}"
-            )
-        ordered = sorted(self.entries, key=lambda e: e.signature)
-        return Suite(tuple(ordered[index::count]), self.models)
+        return Suite(shard_of(self.entries, index, count), self.models)
 
 
 def build_suite(decompositions: Mapping[str, _Decomposition]) -> Suite:

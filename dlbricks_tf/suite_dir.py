@@ -27,7 +27,8 @@ from collections.abc import Mapping
 from pathlib import Path, PurePosixPath
 from typing import Any
 
-from dlbricks_tf import errors, limits
+from dlbricks_tf import errors, json_files, limits
+from dlbricks_tf.sharding import shard_of
 from dlbricks_tf.split import SPLITS
 
 FORMAT = "dlbricks-suite"
@@ -48,6 +49,16 @@ _AGAIN = "re-export the suite with `dlbricks export`."
 
 class SuiteError(errors.Error):
     """A suite folder is missing, malformed or does not match its manifest."""
+
+
+_HEADER = json_files.Header(
+    FORMAT,
+    FORMAT_VERSION,
+    SuiteError,
+    kind="manifest",
+    instead="point to a folder written by `dlbricks export`",
+    again=_AGAIN,
+)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -160,13 +171,8 @@ class SuiteDir:
         Raises:
             ValueError: If not 0 <= index < count.
         """
-        if count < 1 or not 0 <= index < count:
-            raise ValueError(
-                "Need 0 <= index < count. "
-                f"Received: index={index}, count={count}"
-            )
-        ordered = sorted(self.entries, key=lambda e: e.signature)
-        return dataclasses.replace(self, entries=tuple(ordered[index::count]))
+        entries = shard_of(self.entries, index, count)
+        return dataclasses.replace(self, entries=entries)
 
 
 def sha256(path: str | os.PathLike) -> str:
@@ -218,11 +224,7 @@ def load_suite(folder: str | os.PathLike, *, verify: bool = True) -> SuiteDir:
         )
     what = f"Manifest {str(path)!r}"
     try:
-        with open(path, "rb") as f:
-            limits.check_bytes(
-                "file_bytes", os.fstat(f.fileno()).st_size, what, SuiteError
-            )
-            text = limits.read_capped(f, "file_bytes", what, SuiteError)
+        text = limits.read_file(path, what, SuiteError)
     except FileNotFoundError:
         raise SuiteError(
             f"Suite folder {str(root)!r} has no {MANIFEST}: it is not a "
@@ -230,20 +232,7 @@ def load_suite(folder: str | os.PathLike, *, verify: bool = True) -> SuiteDir:
         ) from None
     except OSError as e:
         raise SuiteError(f"Cannot read {str(path)!r}: {e}; {_AGAIN}") from e
-    manifest = limits.parse_json(text, what, SuiteError, f"; {_AGAIN[:-1]}")
-    if not isinstance(manifest, dict) or manifest.get("format") != FORMAT:
-        raise SuiteError(
-            f"{str(path)!r} is not a {FORMAT} manifest (format "
-            f"{_get(manifest, 'format')!r}); point to a folder written by "
-            "`dlbricks export`."
-        )
-    version = manifest.get("format_version")
-    if version != FORMAT_VERSION:
-        raise SuiteError(
-            f"{str(path)!r} has format_version {version!r}; this "
-            f"dlbricks_tf reads version {FORMAT_VERSION}: upgrade "
-            f"dlbricks_tf or {_AGAIN}"
-        )
+    manifest = _HEADER.parse(text, what, repr(str(path)))
     bricks = manifest.get("bricks")
     if not isinstance(bricks, list):
         raise SuiteError(f"{str(path)!r} has no 'bricks' list; {_AGAIN}")

@@ -34,73 +34,24 @@ Example:
 
 from __future__ import annotations
 
-import dataclasses
 import math
 import time
 from collections.abc import Mapping, Sequence
-from typing import Protocol
 
 import keras
 import numpy as np
 import tensorflow as tf
 
-from dlbricks_tf import errors, memory, stats, synthetic, timing_loop
+from dlbricks_tf import memory, stats, synthetic, timing_loop
 from dlbricks_tf import settings as settings_lib
 
-
-class MeasurementError(errors.Error):
-    """A model cannot be timed under the requested settings."""
-
-
-@dataclasses.dataclass(frozen=True)
-class TimingOptions:
-    """How hard to try for a precise timing.
-
-    Attributes:
-        precision: Stop once the median's CI half-width is within this
-            fraction of the median.
-        absolute_precision_ms: Or once the half-width is at most this many
-            ms (tiny bricks need not be known to `precision`).
-        min_samples: Never stop before this many samples.
-        max_samples: Stop (noisy) after this many samples.
-        max_seconds: Stop (noisy) after this much sampling time.
-        target_sample_ms: Choose K so one sample lasts about this long.
-        samples_per_call: Samples taken by one `tf.function` call (S), at
-            most; fewer if they would last over `max_call_ms`.
-        max_call_ms: Wanted upper bound of one call's duration, so that
-            interleaved timers take turns often; at least one sample.
-        max_calls_per_sample: Upper bound on K.
-        warmup_calls: Untimed one-iteration samples after tracing.
-        input_copies: Random input sets the loop rotates through.
-        weight_copies: Copies of the model, each with its own fresh
-            weights, the loop rotates through: more copies keep a small
-            model's weights from staying hot in cache, as a whole model's
-            do not. The model itself counts as one.
-        subtract_loop_overhead: Subtract the per-iteration cost of the
-            loop machinery, measured on an empty model.
-        seed: Seed of the synthetic inputs.
-        chain_links: Bricks in one chain, at most (chain protocol, see
-            `dlbricks_tf.campaign`); there `precision` is that of each
-            model's estimate and the caps are per chain.
-        chain_order: "model" (the models' order) or "shuffled".
-    """
-
-    precision: float = 0.02
-    absolute_precision_ms: float = 0.001
-    min_samples: int = 10
-    max_samples: int = 200
-    max_seconds: float = 10.0
-    target_sample_ms: float = 1.0
-    samples_per_call: int = 20
-    max_call_ms: float = 40.0
-    max_calls_per_sample: int = 10_000
-    warmup_calls: int = 2
-    input_copies: int = 1
-    weight_copies: int = 1
-    subtract_loop_overhead: bool = True
-    seed: int = 0
-    chain_links: int = 128
-    chain_order: str = "model"
+# The sampling protocol, shared with ONNX Runtime timing (no TensorFlow
+# there); re-exported: callers use `timing.TimingOptions` and the rest.
+from dlbricks_tf.sampling import AdaptiveSampling as AdaptiveSampling
+from dlbricks_tf.sampling import MeasurementError as MeasurementError
+from dlbricks_tf.sampling import Sampler as Sampler
+from dlbricks_tf.sampling import TimingOptions as TimingOptions
+from dlbricks_tf.sampling import time_interleaved as time_interleaved
 
 
 def _fresh_copy(model: keras.Model) -> keras.Model:
@@ -137,68 +88,6 @@ def _arrays_with_bounds(
         ]
     except ValueError as e:
         raise MeasurementError(f"Model {model.name!r}: {e}") from e
-
-
-class Sampler(Protocol):
-    """What `time_interleaved` needs of a timer (`Timer`, `OrtTimer`)."""
-
-    @property
-    def done(self) -> bool:
-        """Whether sampling should stop."""
-
-    def sample(self) -> list[float]:
-        """Takes one batch of samples; returns them, ms per call."""
-
-    def result(self) -> stats.Timing:
-        """Summarises the samples."""
-
-
-class AdaptiveSampling:
-    """The stopping rule every timer shares (`Timer`, `ort_timing.OrtTimer`).
-
-    Samples are taken in batches of at most S (`_s`) until the median's
-    95% interval is within the options' precision (`settled`) or a cap on
-    samples or sampling time is reached (`capped`). Subclasses set
-    `options`, and keep `_samples` (ms per call), `_sampling_s` and `_s`.
-    """
-
-    options: TimingOptions
-    _samples: list[float]
-    _sampling_s: float
-    _s: int
-
-    @property
-    def samples(self) -> tuple[float, ...]:
-        """Samples so far, in ms per call."""
-        return tuple(self._samples)
-
-    @property
-    def settled(self) -> bool:
-        """Whether the median is known to the requested precision."""
-        return stats.is_settled(
-            self._samples,
-            self.options.precision,
-            self.options.min_samples,
-            self.options.absolute_precision_ms,
-        )
-
-    @property
-    def capped(self) -> bool:
-        """Whether a sampling cap has been reached."""
-        return (
-            len(self._samples) >= self.options.max_samples
-            or self._sampling_s >= self.options.max_seconds
-        )
-
-    @property
-    def done(self) -> bool:
-        """Whether sampling should stop (settled or capped)."""
-        return self.settled or self.capped
-
-    def _batch_count(self) -> int:
-        """Samples the next batch takes: S, fewer if `max_samples` is near."""
-        left = self.options.max_samples - len(self._samples)
-        return max(min(self._s, left), 1)
 
 
 class Timer(AdaptiveSampling):
@@ -516,24 +405,3 @@ def time_model(
         input_shapes=input_shapes,
     )
     return time_interleaved([timer])[0]
-
-
-def time_interleaved(timers: Sequence[Sampler]) -> list[stats.Timing]:
-    """Samples timers in rounds until each is done; returns their results.
-
-    Each round takes one batch of samples of every timer that is not done
-    yet, so measurements that will be compared (bricks and their whole
-    model) are taken close together in time on a noisy machine.
-
-    Args:
-        timers: Timers to sample: `Timer`s, `OrtTimer`s, or any `Sampler`.
-
-    Returns:
-        One `Timing` per timer, in order.
-    """
-    pending = list(timers)
-    while pending:
-        for timer in pending:
-            timer.sample()
-        pending = [t for t in pending if not t.done]
-    return [t.result() for t in timers]

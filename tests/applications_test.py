@@ -7,11 +7,11 @@ the README's test command runs it.
 import functools
 
 import keras
-import models
 import numpy as np
 import pytest
 
 import dlbricks_tf
+from tests import models
 
 _APPS = {
     "MobileNetV2": 224,

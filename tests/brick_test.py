@@ -1,12 +1,12 @@
 """Tests of dlbricks_tf/brick.py: bricks build into fresh keras.Models."""
 
 import keras
-import models
 import numpy as np
 import pytest
 from keras import layers
 
 import dlbricks_tf
+from tests import models
 
 
 def test_build_fixes_the_batch_and_runs():

@@ -1,11 +1,11 @@
 """Tests of dlbricks_tf.decompose on every kind of model it handles."""
 
 import keras
-import models
 import numpy as np
 import pytest
 
 import dlbricks_tf
+from tests import models
 
 
 @pytest.mark.parametrize("granularity", [1, 2, 3, 5])
@@ -173,6 +173,21 @@ def test_bad_granularity_is_a_value_error(bad):
     model, _ = models.chain()
     with pytest.raises(ValueError, match="granularity"):
         dlbricks_tf.decompose(model, granularity=bad)
+
+
+def test_public_names_stay_the_api_once_their_modules_are_imported():
+    import importlib
+
+    module = importlib.import_module("dlbricks_tf.decompose")
+    assert dlbricks_tf.decompose is module.decompose
+    from dlbricks_tf import decompose
+
+    assert decompose is module.decompose
+    errors = importlib.import_module("dlbricks_tf.errors")
+    assert dlbricks_tf.Error is errors.Error
+    assert set(dlbricks_tf.__all__) <= set(dir(dlbricks_tf))
+    with pytest.raises(AttributeError, match="no attribute 'nothing'"):
+        dlbricks_tf.nothing  # noqa: B018
 
 
 if __name__ == "__main__":

@@ -1,13 +1,13 @@
 """Tests of dlbricks_tf/graph.py: the Keras config walked into calls."""
 
 import keras
-import models
 import numpy as np
 import pytest
 from keras import layers
 
 import dlbricks_tf
 from dlbricks_tf import graph, loading
+from tests import models
 
 
 def _graph(model):

@@ -230,5 +230,31 @@ def test_run_measure_and_estimate_a_backbone_at_two_lengths(
     assert f"| bert@{LENGTH} | 1 | sequential |" in proc.stdout
 
 
+def test_command_line_estimates_a_backbone_at_its_input_shape(
+    backbones, tmp_path
+):
+    from tests.cli import dlbricks
+
+    _, path = backbones["gpt2"]
+    d = dlbricks_tf.decompose(path, 1, input_shapes={"*": (LENGTH,)})
+    settings = RunSettings.default(1, intra_op_threads=1)
+    with Store(tmp_path / "s.sqlite") as store:
+        for b in d.bricks:
+            store.put(b.signature, settings, system_fingerprint(), _timing())
+    proc = dlbricks(
+        "estimate", "--import=keras_hub", f"--models={path}",
+        f"--input_shape=*:{LENGTH}", f"--db={tmp_path / 's.sqlite'}",
+        "--intra_op_threads=1",
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    assert f"| {0.5 * len(d.bricks):.3f} |" in proc.stdout
+
+
+def _timing():
+    from dlbricks_tf.stats import Timing
+
+    return Timing(0.5, 0.5, 0.5, 0.5, 10, 0.5, 0.5, False)
+
+
 if __name__ == "__main__":
     raise SystemExit(pytest.main([__file__, "-q"]))

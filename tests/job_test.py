@@ -218,6 +218,40 @@ def test_a_brick_that_cannot_be_timed_is_recorded_and_the_rest_go_on(
     assert report.format_failed([chain]) == ""
 
 
+def test_recipes_and_decompositions_estimate_alike(files):
+    from dlbricks_tf import recipe
+
+    (source,) = job.resolve_models([files["chain"]])
+    d = source.decompose(1)
+    plans = [("chain", d), ("chain", recipe.from_decomposition("chain", d))]
+    with Store(":memory:") as store:
+        for b in d.bricks:
+            store.put(b.signature, SETTINGS, FP, _timing(0.25))
+        store.put_model("chain", SETTINGS, FP, _timing(1.0))
+        from_d, from_recipe = job.estimate_plans(plans, SETTINGS, FP, store)
+    assert from_d == from_recipe
+    assert from_d["granularity"] == 1 and from_d["measured_ms"] == 1.0
+    assert from_d["estimated_ms"] == pytest.approx(0.25 * len(d.bricks))
+
+
+def test_corpus_row_keeps_the_wall_clock_figures_in_order(files):
+    from dlbricks_tf import suite as suite_lib
+
+    (source,) = job.resolve_models([files["chain"]])
+    d = source.decompose(1)
+    results = {b.signature: _timing(0.5) for b in d.bricks}
+    measured = {"chain": _timing(2.0)}
+    run = job.model_row("chain", 1, SETTINGS, measured["chain"], results, d)
+    suite = suite_lib.build_suite({"chain": d})
+    row = job.corpus_row(
+        1, False, [run], measured, results, suite, b_s=2.0, a_s=1.0
+    )
+    assert list(row)[5:9] == ["split", "b_s", "a_s", "unique_bricks"]
+    assert row["geomean_normalized"] == pytest.approx(run["normalized"])
+    assert row["speedup"] == pytest.approx(2.0 / (0.5 * len(suite)))
+    assert run["normalized"] == pytest.approx(0.5 * len(d.bricks) / 2.0)
+
+
 def test_write_report_replaces_non_finite_numbers(tmp_path):
     job.write_report({"runs": [{"normalized": math.inf}]}, tmp_path / "r")
     assert json.loads((tmp_path / "r").read_text()) == {

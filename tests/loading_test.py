@@ -3,11 +3,11 @@
 import json
 import zipfile
 
-import models
 import pytest
 
 import dlbricks_tf
 from dlbricks_tf import loading
+from tests import models
 
 
 def _layers(d):

@@ -16,7 +16,6 @@ import sys
 import textwrap
 
 import keras
-import models
 import numpy as np
 import onnxruntime as ort
 import pytest
@@ -27,6 +26,7 @@ import dlbricks_tf
 from dlbricks_tf import errors, ort_timing, store, synthetic, timing
 from dlbricks_tf import settings as settings_lib
 from dlbricks_tf.fingerprint import system_fingerprint
+from tests import models
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 ORT = settings_lib.RunSettings(
@@ -339,6 +339,27 @@ def test_missing_onnxruntime_is_a_one_line_error(tmp_path):
     assert "pip install onnxruntime" in message
     assert "--backend=tf" in message
     assert issubclass(ort_timing.OnnxRuntimeMissingError, errors.Error)
+
+
+def test_importing_ort_timing_imports_no_tensorflow():
+    script = textwrap.dedent(
+        """
+        import sys
+        from dlbricks_tf import ort_timing
+        assert issubclass(ort_timing.MeasurementError, Exception)
+        print(sorted(m for m in ("tensorflow", "keras") if m in sys.modules))
+        """
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", script],
+        env={**os.environ, "PYTHONPATH": REPO, "TF_CPP_MIN_LOG_LEVEL": "3"},
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.strip() == "[]"
 
 
 def test_run_overhead_is_calibrated_once_per_input_specs(chain_onnx):

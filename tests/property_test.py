@@ -51,7 +51,6 @@ import tempfile
 
 import hypothesis
 import keras
-import models
 import numpy as np
 import pytest
 from hypothesis import strategies as st
@@ -60,6 +59,7 @@ from keras import layers, ops
 import dlbricks_tf
 from dlbricks_tf import brick as brick_lib
 from dlbricks_tf import fidelity
+from tests import models
 
 _EXAMPLES = int(os.environ.get("DLBRICKS_PROPERTY_EXAMPLES") or 0)
 _SEED = os.environ.get("DLBRICKS_PROPERTY_SEED")

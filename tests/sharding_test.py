@@ -10,7 +10,7 @@ as Bazel, Slurm or Kubernetes set them, e.g.
 import pytest
 
 from dlbricks_tf import errors
-from dlbricks_tf.sharding import Shard, ShardError, resolve_shard
+from dlbricks_tf.sharding import Shard, ShardError, resolve_shard, shard_of
 
 
 def test_no_flags_no_engine_is_the_whole_suite():
@@ -259,6 +259,23 @@ def test_default_environment_is_os_environ(monkeypatch):
         monkeypatch.delenv(name, raising=False)
     monkeypatch.setenv("JOB_COMPLETION_INDEX", "1")
     assert tuple(resolve_shard(None, 2)) == (1, 2)
+
+
+def test_shards_are_disjoint_cover_and_ignore_the_order_given():
+    class Entry:
+        def __init__(self, signature):
+            self.signature = signature
+
+    entries = [Entry(s) for s in "dbeac"]
+    shards = [shard_of(entries, i, 2) for i in range(2)]
+    assert [[e.signature for e in part] for part in shards] == [
+        ["a", "c", "e"],
+        ["b", "d"],
+    ]
+    assert shard_of(reversed(entries), 1, 2) == shards[1]
+    for index, count in ((2, 2), (-1, 2), (0, 0)):
+        with pytest.raises(ValueError, match="Need 0 <= index < count"):
+            shard_of(entries, index, count)
 
 
 if __name__ == "__main__":

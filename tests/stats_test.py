@@ -66,5 +66,11 @@ def test_timing_dict_round_trip():
     assert t.relative_precision == pytest.approx(0.5)
 
 
+def test_geomean():
+    assert stats.geomean([2.0, 8.0]) == pytest.approx(4.0)
+    assert stats.geomean(v for v in (1.0, 1000.0)) == pytest.approx(31.6227766)
+    assert math.isnan(stats.geomean([]))
+
+
 if __name__ == "__main__":
     raise SystemExit(pytest.main([__file__, "-q"]))

@@ -6,7 +6,6 @@ asserted.
 """
 
 import keras
-import models
 import numpy as np
 import pytest
 import tensorflow as tf
@@ -14,6 +13,7 @@ from keras import layers
 
 from dlbricks_tf import settings as settings_lib
 from dlbricks_tf import synthetic, timing_loop
+from tests import models
 
 
 def _counted(width=4):

@@ -9,12 +9,12 @@ tiny models.
 import dataclasses
 
 import keras
-import models
 import pytest
 from keras import layers
 
 from dlbricks_tf import settings as settings_lib
 from dlbricks_tf import timing
+from tests import models
 
 
 def _settings():

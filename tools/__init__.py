@@ -1,1 +1,1 @@
-"""Command-line tools of dlbricks_tf (thin absl apps over the package)."""
+"""Command-line entry points run from a checkout (`python -m tools.X`)."""

@@ -1,0 +1,261 @@
+"""`dlbricks bench`: times the unique bricks that --db does not hold.
+
+The bricks of --models, or those of an exported --suite folder (no model
+needed) on --backend=tf (its SavedModels) or onnxruntime (its ONNX
+files); only one shard of them with --shard_index/--num_shards or under
+Bazel sharding, a Slurm array or a Kubernetes Indexed Job. A brick that
+cannot be loaded, built or timed is recorded as failed in --db and the
+rest are timed (exit code 1; a rerun tries it again). SIGINT and SIGTERM
+stop it after the chain (or brick) in flight, whose results are kept.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+
+from absl import app, flags
+
+from dlbricks_tf.cli import (
+    exits,
+    outputs,
+    progress,
+    shared_flags,
+    startup,
+    timing_flags,
+)
+
+SUITE_BRICKS = flags.DEFINE_enum(
+    "suite_bricks",
+    "saved_model",
+    ["saved_model", "keras"],
+    "bench --suite on TF with chains: load each brick's SavedModel (checked "
+    "op by op, needs none of the author's code) or rebuild it from its "
+    ".keras file (Keras safe mode; a custom layer needs --import).",
+)
+SHARD_INDEX = flags.DEFINE_integer(
+    "shard_index",
+    None,
+    "bench: time only this shard (0-based) of the suite (default: from "
+    "TEST_SHARD_INDEX, SLURM_ARRAY_TASK_ID or JOB_COMPLETION_INDEX).",
+    lower_bound=0,
+)
+NUM_SHARDS = flags.DEFINE_integer(
+    "num_shards",
+    None,
+    "bench: the number of shards the suite is cut into (default: from "
+    "TEST_TOTAL_SHARDS or SLURM_ARRAY_TASK_COUNT; a Kubernetes Indexed "
+    "Job must pass it).",
+    lower_bound=1,
+)
+UNSAFE_SUITE = flags.DEFINE_bool(
+    "unsafe_suite",
+    False,
+    "bench --suite: run the suite's SavedModels and ONNX files without "
+    "first checking their graphs (only allow-listed ops, no external data "
+    "or symlink leaving the suite folder). Only for a suite you trust: a "
+    "SavedModel is a program, and running it can read or write files.",
+)
+
+flags.register_multi_flags_validator(
+    ["shard_index", "num_shards"],
+    lambda f: None in f.values() or f["shard_index"] < f["num_shards"],
+    message="--shard_index must be below --num_shards (shards run from 0)",
+)
+
+
+def bench(sources, gs, safe_mode) -> None:
+    """Times what the store lacks of --models' bricks (or of --suite)."""
+    from dlbricks_tf import bench as bench_lib
+    from dlbricks_tf import suite
+    from dlbricks_tf.fingerprint import system_fingerprint
+
+    if shared_flags.SUITE.value:
+        _bench_suite_dir(shared_flags.SUITE.value)
+        return
+    if shared_flags.BACKEND.value != "tf":
+        raise app.UsageError(
+            "--backend=onnxruntime times an exported suite: export it with "
+            "`dlbricks export`, then `dlbricks bench --suite=DIR "
+            "--backend=onnxruntime`."
+        )
+    _, db, _ = outputs.paths()
+    shard = _shard()
+    settings = startup.start_tensorflow()
+    _, brick_options = timing_flags.options()
+    fp = system_fingerprint()
+    # SIGINT/SIGTERM: finish and commit the chain (or brick) in flight,
+    # then stop.
+    failed = []
+    with outputs.open_store(db) as store, bench_lib.StopSignals() as stop:
+        for g in gs:
+            s = suite.build_suite(
+                {
+                    src.name: shared_flags.decompose(src, g, safe_mode)
+                    for src in sources
+                }
+            )
+            part = f"{len(s)} unique bricks of {s.total_bricks}"
+            if shard.count > 1:
+                s, whole = s.shard(shard.index, shard.count), s
+                part = f"{len(s)} of the {len(whole)} unique bricks"
+            failed += _time_suite(
+                f"G={g}", part, s, store, settings, fp, brick_options, stop
+            )
+    fail_if_any_failed(failed)
+
+
+def _bench_suite_dir(folder: str) -> None:
+    """bench --suite: time an exported suite folder, no model needed."""
+    from dlbricks_tf import bench as bench_lib
+    from dlbricks_tf import suite_bench, suite_check, suite_dir
+    from dlbricks_tf.fingerprint import system_fingerprint
+
+    _, db, _ = outputs.paths()
+    suite = suite_dir.load_suite(folder)  # Checks every file's hash.
+    shard = _shard()
+    backend = shared_flags.BACKEND.value
+    settings = dataclasses.replace(
+        startup.start_tensorflow(),
+        backend=backend,
+        protocol=timing_flags.protocol(backend),
+    )
+    if settings.backend == "onnxruntime":
+        from dlbricks_tf import ort_timing
+
+        ort_timing.require_onnxruntime()  # One line if ONNX Runtime is missing.
+    _, brick_options = timing_flags.options()
+    fp = system_fingerprint()
+    part = f"{len(suite)} bricks"
+    if shard.count > 1:
+        suite = suite.shard(shard.index, shard.count)
+        part = f"{len(suite)} of the suite's {part}"
+    label = f"suite {folder} on {settings.backend}"
+    unsafe = UNSAFE_SUITE.value
+    if unsafe:
+        print(f"{label}: not checked (--unsafe_suite)", flush=True)
+    else:
+        refused = suite_check.refusals(suite, settings.backend)
+        print(
+            f"{label}: checked {len(suite)} bricks, refused {len(refused)}"
+            + (" (recorded as failed, not run)" if refused else ""),
+            flush=True,
+        )
+    measure = build = None
+    if settings.protocol == "chain":
+        build = suite_bench.builder(
+            settings,
+            SUITE_BRICKS.value,
+            suite_folder=suite.folder,
+            unsafe=unsafe,
+        )
+    else:
+        measure = suite_bench.measurer(
+            settings,
+            brick_options,
+            suite_folder=suite.folder,
+            unsafe=unsafe,
+        )
+    with outputs.open_store(db) as store, bench_lib.StopSignals() as stop:
+        failed = _time_suite(
+            label,
+            part,
+            suite,
+            store,
+            settings,
+            fp,
+            brick_options,
+            stop,
+            measure=measure,
+            build=build,
+        )
+    fail_if_any_failed(failed)
+
+
+def _time_suite(
+    label, part, s, store, settings, fp, options, stop, measure=None, build=None
+) -> tuple[tuple[str, str], ...]:
+    """Times what the store lacks of suite `s`; returns the failed bricks."""
+    from dlbricks_tf import bench as bench_lib
+
+    todo = store.missing(s.signatures, settings, fp)
+    print(f"{label}: {part}; {len(todo)} to time", flush=True)
+    bar = progress.Progress(f"{label}: ")
+    done = iter(range(1, len(todo) + 1))
+    on_result = functools.partial(_bench_result, bar, done, len(todo))
+
+    def on_failure(signature: str, reason: str) -> None:
+        bar.log(f"{label}: brick {signature} failed: {reason}")
+        bar(signature, next(done), len(todo))
+
+    summary = bench_lib.time_suite(
+        s,
+        store,
+        settings,
+        fp,
+        options,
+        on_result=on_result,
+        stop=stop,
+        measure=measure,
+        build=build,
+        on_failure=on_failure,
+    )
+    print(
+        f"{label}: timed {len(summary.timed)}, already stored "
+        f"{len(summary.skipped)}, failed {len(summary.failed)}, "
+        f"noisy {len(summary.noisy)} "
+        f"(re-measured {len(summary.remeasured)}), "
+        f"{summary.wall_s:.1f} s; store {store.path} ({settings.key()})",
+        flush=True,
+    )
+    if summary.stopped:
+        chained = settings.protocol == "chain" and measure is None
+        unit = "chain" if chained else "brick"
+        raise exits.Fail(
+            f"Stopped by {stop.name} after the {unit} in flight: "
+            f"{len(summary.timed)} brick(s) timed and stored at {label}, "
+            f"{len(todo) - len(summary.timed) - len(summary.failed)} left; "
+            "run the same command "
+            "again to resume.",
+            128 + stop.received,
+        )
+    return summary.failed
+
+
+def fail_if_any_failed(failed) -> None:
+    """Ends bench or run with exit code 1 if any brick failed (all were
+    tried)."""
+    if not failed:
+        return
+    shown = ", ".join(sig for sig, _ in failed[:5])
+    more = len(failed) - 5
+    raise exits.Fail(
+        f"{len(failed)} brick(s) could not be loaded, built or timed: "
+        f"{shown}{f' (+{more} more)' if more > 0 else ''}. They are recorded "
+        "as failed in the store with their reasons (printed above); every "
+        "other brick was timed. Run the same command again to retry them.",
+        1,
+    )
+
+
+def _shard():
+    """This worker's shard of the suite (a `dlbricks_tf.sharding.Shard`).
+
+    From --shard_index/--num_shards, else from the variables of the engine
+    running the worker (Bazel, Slurm, a Kubernetes Indexed Job); printed
+    when the suite is cut. Unpacks as (index, count): cut a suite with
+    `suite.shard(*shard)` when `shard.count > 1`.
+
+    Raises:
+        ShardError: If the flags and variables do not fit together.
+    """
+    from dlbricks_tf import sharding
+
+    shard = sharding.resolve_shard(SHARD_INDEX.value, NUM_SHARDS.value)
+    if shard.source != "default":
+        print(f"Timing {shard}", flush=True)
+    return shard
+
+
+def _bench_result(bar, done, total, signature, timing) -> None:
+    bar(signature, next(done), total)

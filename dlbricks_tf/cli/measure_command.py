@@ -1,0 +1,35 @@
+"""`dlbricks measure`: the end-to-end latency of each model, into --db."""
+
+from __future__ import annotations
+
+from dlbricks_tf.cli import outputs, progress, startup, timing_flags
+
+
+def measure(sources, gs, safe_mode) -> None:
+    """Times every model end to end and prints a table of the timings."""
+    del gs  # Whole models are not cut.
+    from dlbricks_tf import job
+    from dlbricks_tf.fingerprint import system_fingerprint
+
+    _, db, _ = outputs.paths()
+    settings = startup.start_tensorflow()
+    options, _ = timing_flags.options()
+    with outputs.open_store(db) as store:
+        measured = job.measure_models(
+            sources,
+            settings,
+            system_fingerprint(),
+            store,
+            options,
+            safe_mode=safe_mode,
+            progress=progress.Progress(),
+        )
+    print("| model | median ms | min ms | 95% CI ms | samples | noisy |")
+    print("|---|---:|---:|---|---:|---|")
+    for name, t in measured.items():
+        print(
+            f"| {name} | {t.median_ms:.3f} | {t.min_ms:.3f} "
+            f"| {t.ci_low_ms:.3f}-{t.ci_high_ms:.3f} | {t.samples} "
+            f"| {'yes' if t.noisy else 'no'} |"
+        )
+    print(f"\nStore: {db}")

@@ -1,0 +1,84 @@
+"""`dlbricks run` (the default): the whole job on --models.
+
+Decomposes every model, times the unique bricks not yet stored and every
+model end to end in interleaved rounds, estimates, prints measured vs
+estimated latency, and writes the store, report.json and TensorBoard logs
+under --out (`dlbricks_tf.job.run_job`).
+"""
+
+from __future__ import annotations
+
+import os
+import time
+
+from absl import flags
+
+from dlbricks_tf.cli import (
+    bench_command,
+    outputs,
+    progress,
+    shared_flags,
+    startup,
+    timing_flags,
+)
+
+RETIME = flags.DEFINE_bool(
+    "retime", False, "Time every brick again, even those already stored."
+)
+GRAPHS = flags.DEFINE_integer(
+    "graphs",
+    3,
+    "run: bricks whose layer-level graph goes to TensorBoard.",
+    lower_bound=0,
+)
+
+
+def run(sources, gs, safe_mode) -> None:
+    """Runs the job at every G of `gs` and prints its tables."""
+    from dlbricks_tf import board, job, report
+    from dlbricks_tf.fingerprint import system_fingerprint
+
+    out, db, logdir = outputs.paths()
+    outputs.make_dirs(out, logdir)
+    settings = startup.start_tensorflow()
+    options, brick_options = timing_flags.options()
+    names = ", ".join(s.name for s in sources)
+    print(
+        f"dlbricks run: {names} at G={','.join(map(str, gs))}, batch "
+        f"{settings.batch_size}, threads {settings.intra_op_threads}x"
+        f"{settings.inter_op_threads}; store {db}",
+        flush=True,
+    )
+    start = time.perf_counter()
+    bar = progress.Progress()
+    with outputs.open_store(db) as store:
+        rep, details = job.run_job(
+            sources,
+            gs,
+            settings,
+            store,
+            options,
+            brick_options,
+            fingerprint=system_fingerprint(),
+            report_path=os.path.join(out, "report.json"),
+            reuse_stored=not RETIME.value,
+            safe_mode=safe_mode,
+            progress=bar,
+            log=bar.log,
+            fuse=shared_flags.FUSE.value,
+        )
+    board.write_board(logdir, rep, details, graphs=GRAPHS.value)
+    print()
+    print(report.format_report(rep))
+    if noisy := report.format_noisy(rep["runs"]):
+        print(f"\n{noisy}")
+    print(f"\nWall time: {time.perf_counter() - start:.0f} s")
+    print(f"Store:  {db}")
+    print(f"Report: {os.path.join(out, 'report.json')}")
+    print(f"TensorBoard: tensorboard --logdir {logdir}", flush=True)
+    failed = {}
+    for detail in details.values():
+        failed.update(detail.failed)
+    if failed:
+        print(f"\n{report.format_failed(rep['runs'])}", flush=True)
+    bench_command.fail_if_any_failed(list(failed.items()))

@@ -1,0 +1,121 @@
+"""Flags of how bricks and models are timed (run, bench, measure).
+
+`options()` turns them into `TimingOptions` of whole models and of bricks
+(`dlbricks_tf.sampling.model_and_brick_options`).
+"""
+
+from __future__ import annotations
+
+from absl import flags
+
+PRECISION = flags.DEFINE_float(
+    "precision",
+    0.02,
+    "Stop sampling once the median's 95% CI is within this fraction.",
+    lower_bound=0.0,
+    upper_bound=1.0,
+)
+MIN_SAMPLES = flags.DEFINE_integer(
+    "min_samples", 10, "Samples per brick or model, at least.", lower_bound=1
+)
+MAX_SAMPLES = flags.DEFINE_integer(
+    "max_samples", 100, "Samples per brick or model, at most.", lower_bound=1
+)
+MAX_SECONDS = flags.DEFINE_float(
+    "max_seconds",
+    5.0,
+    "Sampling time per brick or model, at most (s).",
+    lower_bound=0.0,
+)
+BRICK_MAX_SAMPLES = flags.DEFINE_integer(
+    "brick_max_samples",
+    60,
+    "Samples per brick, at most, with --protocol=loop: a brick that has "
+    "not settled by then is stored flagged noisy. Chains take "
+    "--max_samples.",
+    lower_bound=1,
+)
+BRICK_MAX_SECONDS = flags.DEFINE_float(
+    "brick_max_seconds",
+    1.0,
+    "Sampling time per brick, at most (s), with --protocol=loop. Chains "
+    "take --max_seconds per chain.",
+    lower_bound=0.0,
+)
+PROTOCOL = flags.DEFINE_enum(
+    "protocol",
+    "chain",
+    ["chain", "loop"],
+    "How the TF backend times bricks: 'chain' runs up to --chain_links "
+    "bricks in one traced function, timed link by link, until every "
+    "model's estimate is known to --precision; 'loop' gives each brick "
+    "its own traced loop, timed to --precision itself. Results of the two "
+    "are stored apart. ONNX Runtime and --jit_compile always use 'loop'.",
+)
+CHAIN_LINKS = flags.DEFINE_integer(
+    "chain_links",
+    128,
+    "Bricks in one chain, at most (--protocol=chain): more bricks share "
+    "one trace; fewer bound the memory of a chain.",
+    lower_bound=1,
+)
+CHAIN_ORDER = flags.DEFINE_enum(
+    "chain_order",
+    "model",
+    ["model", "shuffled"],
+    "Order of the bricks in chains: as the models run them, or shuffled "
+    "(seeded).",
+)
+TARGET_MS = flags.DEFINE_float(
+    "target_sample_ms",
+    1.0,
+    "Duration of one sample (K calls in one graph), ms.",
+    lower_bound=0.01,
+)
+WEIGHT_COPIES = flags.DEFINE_integer(
+    "weight_copies",
+    1,
+    "Fresh copies of each brick the timing loop rotates through "
+    "(--protocol=loop; in a chain every brick runs once per iteration).",
+    lower_bound=1,
+)
+INPUT_COPIES = flags.DEFINE_integer(
+    "input_copies",
+    1,
+    "Random inputs each brick's timing loop rotates through, so a call "
+    "does not find its input left in cache by the previous one (inside a "
+    "whole model it was just written by another layer). --protocol=loop; "
+    "a chain writes each brick's input afresh before its link.",
+    lower_bound=1,
+)
+
+flags.register_multi_flags_validator(
+    ["min_samples", "max_samples"],
+    lambda f: f["min_samples"] <= f["max_samples"],
+    message="--min_samples must not exceed --max_samples.",
+)
+
+
+def protocol(backend: str) -> str | None:
+    """--protocol for the TF backend; ONNX Runtime times each brick alone."""
+    return PROTOCOL.value if backend == "tf" else None
+
+
+def options():
+    """(options of whole models, options of bricks) from the flags."""
+    from dlbricks_tf import sampling
+
+    return sampling.model_and_brick_options(
+        PROTOCOL.value,
+        precision=PRECISION.value,
+        min_samples=MIN_SAMPLES.value,
+        max_samples=MAX_SAMPLES.value,
+        max_seconds=MAX_SECONDS.value,
+        target_sample_ms=TARGET_MS.value,
+        weight_copies=WEIGHT_COPIES.value,
+        input_copies=INPUT_COPIES.value,
+        chain_links=CHAIN_LINKS.value,
+        chain_order=CHAIN_ORDER.value,
+        brick_max_samples=BRICK_MAX_SAMPLES.value,
+        brick_max_seconds=BRICK_MAX_SECONDS.value,
+    )
