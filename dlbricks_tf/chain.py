@@ -186,10 +186,10 @@ class ChainTimer:
         start = time.perf_counter()
         self._call(1)  # Traces and instantiates the function.
         once = self._call(1)  # Warm: allocations made, caches filled.
-        per_iteration = max(float(once.sum()), 1e-3)
+        per_pass = max(float(once.sum()), 1e-3)
         self._n = int(
             min(
-                max(math.ceil(self._target_ms / per_iteration), 1),
+                max(math.ceil(self._target_ms / per_pass), 1),
                 MAX_PASSES,
             )
         )
