@@ -509,6 +509,9 @@ def _row(name, g, settings, measured, results, d) -> dict[str, Any]:
         "estimate_precision": precision.estimate_precision(
             collections.Counter(b.signature for b in d.bricks), results
         ),
+        # How the estimate was obtained (see dlbricks_tf.beyond).
+        "method": "timed",
+        "sources": {s.label: s.share for s in seq.sources},
     }
 
 

@@ -5,6 +5,8 @@ law of the bricks' features and are written to real SQLite stores, so what
 the predictor should find is known exactly.
 """
 
+import math
+
 import keras
 import numpy as np
 import pytest
@@ -14,11 +16,12 @@ from dlbricks_tf import beyond, features, split
 from dlbricks_tf import estimate as estimate_lib
 from dlbricks_tf import predict as predict_lib
 from dlbricks_tf.decompose import Cutter, from_runs, model_graph
-from dlbricks_tf.fingerprint import SystemFingerprint
+from dlbricks_tf.fingerprint import SystemFingerprint, system_fingerprint
 from dlbricks_tf.settings import RunSettings
 from dlbricks_tf.stats import Timing
 from dlbricks_tf.store import Store
 from tests import models
+from tests.cli import FAST, dlbricks
 
 SETTINGS = RunSettings(batch_size=1, intra_op_threads=1, inter_op_threads=1)
 FP = SystemFingerprint(
@@ -229,6 +232,92 @@ def test_estimating_needs_no_timing(graphs, tmp_path):
     )
     assert method == "timed" and est.ms == pytest.approx(want)
     assert est.sources == (estimate_lib.Source("timed", 1.0, 8),)
+
+
+CLI_SCALE = 100.0
+
+
+def _cli_store(tmp_path, files, skip_last: bool):
+    """A store for this machine and the CLI's settings, by the law."""
+    settings = RunSettings.default(1, intra_op_threads=1)
+    fp = system_fingerprint()
+    skip = set()
+    found = {}
+    for path in files:
+        graph, factory = model_graph(path)
+        found[path] = (graph, factory)
+        if skip_last and path == files[0]:
+            skip.add(Cutter(graph, factory).brick(7, 8).signature)
+    db = tmp_path / "s.sqlite"
+    with Store(db) as store:
+        for graph, factory in found.values():
+            cut = Cutter(graph, factory)
+            for i in range(len(graph.calls)):
+                b = cut.brick(i, i + 1)
+                if b.signature not in skip:  # In ms the table shows.
+                    ms = CLI_SCALE * law_ms(
+                        features.brick_features(b, graph.specs)
+                    )
+                    store.put(b.signature, settings, fp, _timing(ms))
+    return db
+
+
+@pytest.fixture(scope="module")
+def files(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("models")
+    paths = []
+    for builder in (models.chain, models.residual):
+        model = builder()[0]
+        paths.append(str(folder / f"{model.name}.keras"))
+        model.save(paths[-1])
+    return paths
+
+
+def test_cli_estimate_cover_and_predict(files, tmp_path):
+    db = _cli_store(tmp_path, files, skip_last=True)
+    common = [
+        f"--models={','.join(files)}",
+        f"--db={db}",
+        f"--out={tmp_path / 'out'}",
+        *FAST,
+    ]
+    proc = dlbricks("estimate", *common)
+    assert proc.returncode == 1
+    assert "1 brick(s) have no timing" in proc.stderr, proc.stderr
+    proc = dlbricks("estimate", "--predict", *common)
+    assert proc.returncode == 0, proc.stderr
+    assert "Predictor: " in proc.stdout
+    row = next(x for x in proc.stdout.splitlines() if x.startswith("| chain"))
+    assert "| predicted " in row and "(1 bricks)" in row
+    row = next(
+        x for x in proc.stdout.splitlines() if x.startswith("| residual")
+    )
+    assert row.rstrip().endswith("| timed |")
+    assert (tmp_path / "out" / "tensorboard" / "estimates").is_dir()
+    proc = dlbricks(
+        "estimate", "--cover", "--predict", "--granularity=3", *common
+    )
+    assert proc.returncode == 0, proc.stderr
+    row = next(x for x in proc.stdout.splitlines() if x.startswith("| chain"))
+    assert "covered: G=1 " in row and "predicted " in row
+
+
+def test_cli_cover_uses_bricks_of_several_g(files, tmp_path):
+    db = _cli_store(tmp_path, files, skip_last=False)
+    common = [f"--models={files[0]}", f"--db={db}", *FAST]
+    proc = dlbricks("estimate", "--granularity=2", *common)
+    assert proc.returncode == 1  # Only G=1 bricks are stored.
+    proc = dlbricks("estimate", "--cover", "--granularity=2", *common)
+    assert proc.returncode == 0, proc.stderr
+    row = next(x for x in proc.stdout.splitlines() if x.startswith("| chain"))
+    assert row.rstrip().endswith("| covered: G=1 100% |")
+    cells = [c.strip() for c in row.strip("|").split("|")]
+    want = CLI_SCALE * sum(
+        law_ms(features.brick_features(b, g.specs))
+        for g, f in [model_graph(files[0])]
+        for b in from_runs(g, f, split.split(g, 1), granularity=1).bricks
+    )
+    assert math.isclose(float(cells[3]), want, rel_tol=1e-3)
 
 
 if __name__ == "__main__":

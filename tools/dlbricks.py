@@ -23,7 +23,11 @@ Commands:
   estimate   estimate --models from the brick timings in --db
              (--mode=sequential or parallel); with --recipe=FILE,...
              estimate from recipe files instead, without the models
-             (the timings of --backend).
+             (the timings of --backend). --cover covers each model by
+             stored bricks of every G up to --granularity; --predict
+             predicts the bricks the store lacks (a latency model of
+             the store's bricks); each row says how much of its estimate
+             came from where.
   export     write the unique bricks of --models at one G to --suite
              (SavedModel, .keras and ONNX each, fresh weights, no names:
              shareable) and one private recipe per model to --recipes.
@@ -321,6 +325,20 @@ _COMPARE = flags.DEFINE_bool(
     False,
     "report: compare the estimates of each model on every machine "
     "(fingerprint) and backend the store holds.",
+)
+_COVER = flags.DEFINE_bool(
+    "cover",
+    False,
+    "estimate: cover each model by the stored bricks of any G up to "
+    "--granularity (fewest bricks), not only those of its cut at G.",
+)
+_PREDICT = flags.DEFINE_bool(
+    "predict",
+    False,
+    "estimate: predict the bricks the store lacks with a latency model "
+    "fitted on the store's bricks of these settings and this machine "
+    "(those of --models and of the keras.applications models the store "
+    "timed); without it a missing brick is an error.",
 )
 _BACKEND = flags.DEFINE_enum(
     "backend",
@@ -868,9 +886,14 @@ def _cmd_estimate(sources, gs, safe_mode) -> None:
     from dlbricks_tf.fingerprint import system_fingerprint
 
     if _RECIPE.value:
+        if _COVER.value or _PREDICT.value:
+            raise app.UsageError(
+                "--cover and --predict need the models (--models): a recipe "
+                "holds only the signatures of its bricks."
+            )
         _estimate_recipes(_RECIPE.value)
         return
-    _, db, _ = _paths()
+    _, db, logdir = _paths()
     settings = _start_tensorflow(_INTRA.value, _INTER.value, _BATCH.value)
     settings = dataclasses.replace(
         settings, backend=_BACKEND.value, protocol=_protocol(_BACKEND.value)
@@ -879,13 +902,45 @@ def _cmd_estimate(sources, gs, safe_mode) -> None:
     with _open_store(db, must_exist=True) as store:
         rows = []
         for g in gs:
+            if _COVER.value or _PREDICT.value:
+                rows += _estimate_beyond(sources, g, settings, fp, store,
+                                         safe_mode)  # fmt: skip
+                continue
             rows += job.estimate_models(
                 sources, g, settings, fp, store, _MODE.value,
                 safe_mode=safe_mode, fuse=_FUSE.value,
             )  # fmt: skip
     print(report.format_estimates(rows))
+    if _COVER.value or _PREDICT.value:
+        from dlbricks_tf import board
+
+        _make_dirs(logdir)
+        board.write_estimates(logdir, rows)
+        print(f"\nTensorBoard: tensorboard --logdir {logdir}", flush=True)
     if noisy := report.format_noisy(rows):
         print(f"\n{noisy}")
+
+
+def _estimate_beyond(sources, g, settings, fp, store, safe_mode) -> list:
+    """estimate --cover/--predict: rows that say where each estimate is from."""
+    from dlbricks_tf import beyond, corpus, job
+
+    training = []
+    if _PREDICT.value:  # The models the store timed teach the predictor too.
+        timed = {
+            r["model"]
+            for r in store.rows("model")
+            if r["fingerprint_id"] == fp.id
+            and r["settings"] == settings.to_dict()
+        }
+        names = sorted(timed & set(corpus.APPLICATIONS))
+        training = job.resolve_models(names) if names else []
+    return beyond.estimate_models(
+        sources, g, settings, fp, store, _MODE.value,
+        cover=_COVER.value, predict=_PREDICT.value, training=training,
+        safe_mode=safe_mode, fuse=_FUSE.value,
+        log=lambda line: print(line, flush=True),
+    )  # fmt: skip
 
 
 def _estimate_recipes(paths: list[str]) -> None:
