@@ -119,6 +119,35 @@ HUB_SIZES = {
 _HUB_POSITIONS = 512
 
 
+# The family of a keras.applications architecture, by name prefix (first
+# match wins): models of one family share designs and layer kinds.
+_FAMILY_PREFIXES = (
+    ("ConvNeXt", "ConvNeXt"),
+    ("DenseNet", "DenseNet"),
+    ("EfficientNetV2", "EfficientNetV2"),
+    ("EfficientNet", "EfficientNet"),
+    ("Inception", "Inception/Xception"),
+    ("Xception", "Inception/Xception"),
+    ("MobileNet", "MobileNet"),
+    ("NASNet", "NASNet"),
+    ("RegNet", "RegNet"),
+    ("ResNet", "ResNet"),
+    ("VGG", "VGG"),
+)
+
+
+def family(name: str) -> str:
+    """The family of a keras.applications name (the name itself if none).
+
+    E.g. "ResNet" for ResNet50 and ResNet152V2, "Inception/Xception" for
+    InceptionV3, InceptionResNetV2 and Xception.
+    """
+    for prefix, fam in _FAMILY_PREFIXES:
+        if name.startswith(prefix):
+            return fam
+    return name
+
+
 class UnknownModelError(Error):
     """A model name that is not a keras.applications architecture."""
 

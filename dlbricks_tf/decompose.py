@@ -93,6 +93,36 @@ def decompose(
         raise ValueError(
             f"granularity must be 1 or more. Received: {granularity}"
         )
+    graph, factory = model_graph(
+        model_or_path,
+        custom_objects,
+        safe_mode,
+        input_shapes=input_shapes,
+    )
+    return from_runs(
+        graph,
+        factory,
+        split.split(graph, granularity, fuse),
+        granularity=granularity,
+        fuse=fuse,
+    )
+
+
+def model_graph(
+    model_or_path: Any,
+    custom_objects: Mapping[str, Any] | None = None,
+    safe_mode: bool = True,
+    *,
+    input_shapes: Mapping[str, Sequence[int | None]] | None = None,
+) -> tuple[graph_lib.Graph, replay.LayerFactory]:
+    """The model's checked graph of calls, and the factory bricks build with.
+
+    What `decompose` cuts; the arguments are `decompose`'s. Other ways of
+    choosing runs (`dlbricks_tf.cover`) start here and end in `from_runs`.
+
+    Raises:
+        DecompositionError: As `decompose`.
+    """
     source = loading.load(model_or_path, safe_mode=safe_mode)
     factory = replay.LayerFactory(
         custom_objects=dict(custom_objects or {}),
@@ -117,39 +147,48 @@ def decompose(
     graph = replay.infer_missing_specs(graph, factory)
     if input_shapes:
         graph = replay.with_input_shapes(graph, input_shapes, factory)
-    return _bricks(graph, granularity, factory, fuse)
+    return graph, factory
 
 
-def _bricks(
-    graph: graph_lib.Graph,
-    granularity: int,
-    factory: replay.LayerFactory,
-    fuse: bool,
-) -> Decomposition:
-    calls = graph.calls
-    keys = [signature.call_key(c) for c in calls]
-    consumers: list[list[int]] = [[] for _ in graph.specs]
-    for c in calls:
-        for t in c.inputs:
-            consumers[t].append(c.index)
-    model_outputs = set(graph.outputs)
+class Cutter:
+    """Makes the brick of any run of a graph's calls, as `decompose` does.
 
-    brick_of_call = [0] * len(calls)
-    bricks = []
-    dependencies = []
-    runs = split.split(graph, granularity, fuse)
-    for number, (begin, end) in enumerate(runs):
+    The signature of a run depends on which of its outputs the rest of the
+    model reads, so it is made here, with the model around it, for
+    `decompose` and for every other way of choosing runs alike.
+
+    Args:
+        graph: The model's calls (`model_graph`).
+        factory: The factory the bricks build their layers with.
+    """
+
+    def __init__(
+        self, graph: graph_lib.Graph, factory: replay.LayerFactory
+    ) -> None:
+        self.graph = graph
+        self.factory = factory
+        self._keys = [signature.call_key(c) for c in graph.calls]
+        self._consumers: list[list[int]] = [[] for _ in graph.specs]
+        for c in graph.calls:
+            for t in c.inputs:
+                self._consumers[t].append(c.index)
+        self._model_outputs = set(graph.outputs)
+
+    def brick(self, begin: int, end: int) -> Brick:
+        """The brick of calls `[begin, end)` (a buildable run)."""
+        graph, calls = self.graph, self.graph.calls
+        consumers = self._consumers
         exposed = {
             t
             for c in calls[begin:end]
             for t in c.outputs
-            if t in model_outputs
+            if t in self._model_outputs
             or not consumers[t]
             or any(not begin <= u < end for u in consumers[t])
         }
         # The same sub-network gets the same brick wherever it is.
         order = signature.canonical_order(
-            calls[begin:end], keys[begin:end], graph.specs, exposed
+            calls[begin:end], self._keys[begin:end], graph.specs, exposed
         )
         run = tuple(calls[begin + j] for j in order)
         inputs: list[int] = []
@@ -159,7 +198,6 @@ def _bricks(
                 if t not in produced and t not in inputs:
                     inputs.append(t)
             produced.update(c.outputs)
-            brick_of_call[c.index] = number
         outputs = [t for c in run for t in c.outputs if t in exposed]
         specs = []
         for t in inputs:
@@ -171,27 +209,59 @@ def _bricks(
                     "give the model a keras.Input with a shape."
                 )
             specs.append(spec)
-        bricks.append(
-            Brick(
-                layers=tuple(c.name for c in run),
-                signature=signature.brick_signature(
-                    run, [keys[c.index] for c in run], inputs, specs, outputs
-                ),
-                inputs=tuple(specs),
-                outputs=tuple(graph.specs[t] for t in outputs),
-                class_names=tuple(c.class_name for c in run),
-                input_ids=tuple(inputs),
-                output_ids=tuple(outputs),
-                calls=run,
-                factory=factory,
-            )
+        return Brick(
+            layers=tuple(c.name for c in run),
+            signature=signature.brick_signature(
+                run, [self._keys[c.index] for c in run], inputs, specs, outputs
+            ),
+            inputs=tuple(specs),
+            outputs=tuple(graph.specs[t] for t in outputs),
+            class_names=tuple(c.class_name for c in run),
+            input_ids=tuple(inputs),
+            output_ids=tuple(outputs),
+            calls=run,
+            factory=self.factory,
         )
+
+
+def from_runs(
+    graph: graph_lib.Graph,
+    factory: replay.LayerFactory,
+    runs: Sequence[tuple[int, int]],
+    *,
+    granularity: int,
+    fuse: bool = False,
+    cutter: Cutter | None = None,
+) -> Decomposition:
+    """The decomposition of a graph into given runs of calls.
+
+    Args:
+        graph: The model's calls (`model_graph`).
+        factory: The factory the bricks build their layers with.
+        runs: Disjoint, buildable runs `(begin, end)` in order, covering
+            every call (`split.split`, or a cover).
+        granularity: G, recorded in the decomposition.
+        fuse: Whether the runs keep fusion units whole, recorded.
+        cutter: A `Cutter` of this graph to reuse.
+
+    Returns:
+        The `Decomposition`.
+    """
+    cutter = cutter or Cutter(graph, factory)
+    brick_of_call = [0] * len(graph.calls)
+    bricks = []
+    dependencies = []
+    for number, (begin, end) in enumerate(runs):
+        brick = cutter.brick(begin, end)
+        for c in brick.calls:
+            brick_of_call[c.index] = number
+        bricks.append(brick)
         dependencies.append(
             tuple(
                 sorted(
                     {
                         brick_of_call[graph.producers[t]]
-                        for t in inputs
+                        for t in brick.input_ids
                         if graph.producers[t] >= 0
                     }
                 )
@@ -204,6 +274,6 @@ def _bricks(
         dependencies=dependencies,
         inputs=graph.inputs,
         outputs=graph.outputs,
-        num_calls=len(calls),
+        num_calls=len(graph.calls),
         fuse=fuse,
     )

@@ -11,6 +11,11 @@ CI lows and from their CI highs (both sums and longest paths are monotone
 in the brick times). Summing bounds is conservative: it assumes every brick
 errs the same way at once.
 
+Every estimate says where its milliseconds come from (`Estimate.sources`):
+by default all from timed bricks ("timed"); a caller that labels bricks
+(a cover by brick size, `dlbricks_tf.cover`; bricks a latency model filled
+in, "predicted", `dlbricks_tf.predict`) gets each label's share.
+
 Example:
     est = estimate(decomposition, store.results(settings, fp))
     est.ms, est.low_ms, est.high_ms
@@ -80,6 +85,26 @@ class MissingResultsError(errors.Error):
         )
 
 
+TIMED = "timed"
+PREDICTED = "predicted"
+
+
+@dataclasses.dataclass(frozen=True)
+class Source:
+    """Where part of an estimate comes from.
+
+    Attributes:
+        label: "timed", "predicted", or a cover's brick size ("G=2").
+        share: Its part of the sum of the bricks' latencies (the sequential
+            estimate; the shares of an estimate add up to 1).
+        bricks: Its bricks, repeats included.
+    """
+
+    label: str
+    share: float
+    bricks: int
+
+
 class _Decomposition(Protocol):
     name: str
     bricks: list[Any]
@@ -99,6 +124,7 @@ class Estimate:
         bricks: Bricks of the model (repeats included).
         noisy: Whether any brick's timing is flagged noisy.
         noisy_signatures: The noisy bricks' signatures, unique, in order.
+        sources: Where the estimate comes from, largest share first.
     """
 
     model: str
@@ -109,6 +135,11 @@ class Estimate:
     bricks: int
     noisy: bool
     noisy_signatures: tuple[str, ...] = ()
+    sources: tuple[Source, ...] = ()
+
+    def share(self, label: str) -> float:
+        """The share of the estimate that a source label holds (0 if none)."""
+        return sum(s.share for s in self.sources if s.label == label)
 
     @property
     def relative_uncertainty(self) -> float:
@@ -126,6 +157,7 @@ def estimate(
     call_overhead_ms: float = 0.0,
     statistic: str = "median",
     failures: Mapping[str, str] | None = None,
+    sources: Mapping[str, str] | None = None,
 ) -> Estimate:
     """Estimates a model's latency from its bricks' timings.
 
@@ -144,6 +176,9 @@ def estimate(
             brick's timing; the bounds stay those of the median.
         failures: {signature: reason} of bricks recorded as failed
             (`Store.failures`), named apart if they have no timing.
+        sources: {signature: label} of bricks that did not come from the
+            model's own timed bricks (e.g. "predicted"); the others are
+            "timed". Gives `Estimate.sources`.
 
     Returns:
         The estimate with its bounds.
@@ -181,17 +216,34 @@ def estimate(
             s for s, t in zip(signatures, timings, strict=True) if t.noisy
         )
     )
+    values = [getattr(t, STATISTICS[statistic]) for t in timings]
+    labels = [(sources or {}).get(s, TIMED) for s in signatures]
     return Estimate(
         model=decomposition.name,
         mode=mode,
-        ms=combine([getattr(t, STATISTICS[statistic]) for t in timings])
-        + call_overhead_ms,
+        ms=combine(values) + call_overhead_ms,
         low_ms=combine([t.ci_low_ms for t in timings]) + call_overhead_ms,
         high_ms=combine([t.ci_high_ms for t in timings]) + call_overhead_ms,
         bricks=len(signatures),
         noisy=bool(noisy),
         noisy_signatures=noisy,
+        sources=_sources(labels, values),
     )
+
+
+def _sources(labels: Sequence[str], values: Sequence[float]) -> tuple:
+    """Each label's share of the sum of `values`, largest first."""
+    total = sum(max(v, 0.0) for v in values)
+    parts: dict[str, list] = {}
+    for label, value in zip(labels, values, strict=True):
+        part = parts.setdefault(label, [0.0, 0])
+        part[0] += max(value, 0.0)
+        part[1] += 1
+    out = [
+        Source(label, ms / total if total > 0 else 1 / len(parts), n)
+        for label, (ms, n) in parts.items()
+    ]
+    return tuple(sorted(out, key=lambda s: (-s.share, s.label)))
 
 
 def _sequential(values: Sequence[float]) -> float:

@@ -700,6 +700,9 @@ def model_row(
         "estimate_precision": precision.estimate_precision(
             collections.Counter(b.signature for b in d.bricks), results
         ),
+        # How the estimate was obtained (see dlbricks_tf.beyond).
+        "method": "timed",
+        "sources": {s.label: s.share for s in seq.sources},
     }
 
 

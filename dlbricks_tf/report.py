@@ -4,7 +4,9 @@
 model and G (measured, sequential and parallel estimates, normalized
 latency), then one row per G (geomean, range, speed-up, wall-clock times).
 `format_decompositions` and `format_estimates` render the `decompose` and
-`estimate` commands' output.
+`estimate` commands' output. Rows that say how their estimate was
+obtained (`sources`: timed, covered by bricks of several G, or with
+predicted bricks, see `dlbricks_tf.beyond`) get a `source` column.
 
 Example:
     print(format_report(json.loads(Path("report.json").read_text())))
@@ -43,14 +45,17 @@ def format_report(report: Mapping[str, Any]) -> str:
     """
     precise = any("estimate_precision" in r for r in report["runs"])
     failed = any(r.get("failed_bricks") for r in report["runs"])
+    sourced = _beyond_timed(report["runs"])
     lines = [
         "| model | G | measured ms | sequential ms | parallel ms "
         "| normalized | normalized (min) |"
         + (" estimate +-% |" * precise)
-        + (" failed bricks |" * failed),
+        + (" failed bricks |" * failed)
+        + (" source |" * sourced),
         "|---|---:|---:|---:|---:|---:|---:|"
         + ("---:|" * precise)
-        + ("---|" * failed),
+        + ("---|" * failed)
+        + ("---|" * sourced),
     ]
     for r in report["runs"]:
         line = (
@@ -64,6 +69,8 @@ def format_report(report: Mapping[str, Any]) -> str:
             line += f" {_f(None if width is None else 100 * width, 1)} |"
         if failed:
             line += f" {_signatures(r.get('failed_bricks') or ())} |"
+        if sourced:
+            line += f" {format_source(r)} |"
         lines.append(line)
     repeat = any("repeat_median_rel_diff" in c for c in report["corpus"])
     setup = any("campaign_setup_s" in c for c in report["corpus"])
@@ -199,11 +206,16 @@ def format_inputs(specs: Sequence[Any]) -> str:
 
 
 def format_estimates(rows: Sequence[Mapping[str, Any]]) -> str:
-    """The `estimate` command's rows (see `job.estimate_models`)."""
+    """The `estimate` command's rows (see `job.estimate_models`).
+
+    Rows of `beyond.estimate_models` (they carry `method`) add a `source`
+    column (`format_source`).
+    """
+    sourced = any("method" in r for r in rows)
     lines = [
         "| model | G | mode | estimated ms | low ms | high ms | measured ms "
-        "| normalized | noisy bricks |",
-        "|---|---:|---|---:|---:|---:|---:|---:|---:|",
+        "| normalized | noisy bricks |" + (" source |" * sourced),
+        "|---|---:|---|---:|---:|---:|---:|---:|---:|" + ("---|" * sourced),
     ]
     for r in rows:
         lines.append(
@@ -211,8 +223,43 @@ def format_estimates(rows: Sequence[Mapping[str, Any]]) -> str:
             f"| {_f(r['estimated_ms'])} | {_f(r['low_ms'])} "
             f"| {_f(r['high_ms'])} | {_f(r['measured_ms'])} "
             f"| {_f(r['normalized'])} | {r['noisy_bricks']} |"
+            + (f" {format_source(r)} |" * sourced)
         )
     return "\n".join(lines)
+
+
+def format_source(row: Mapping[str, Any]) -> str:
+    """How a row's estimate was obtained, with the share of each source.
+
+    E.g. "timed"; "covered: G=3 85%, G=2 11%, G=1 4%"; "predicted 12%
+    (5 bricks)"; "covered: G=3 80%, G=1 8%; predicted 12% (5 bricks)".
+    A row without `sources` was timed.
+    """
+    sources = row.get("sources") or {"timed": 1.0}
+    method = row.get("method", "timed")
+    parts = []
+    if method.startswith("covered"):
+        sizes = sorted(
+            ((k, v) for k, v in sources.items() if k.startswith("G=")),
+            key=lambda kv: -int(kv[0][2:]),
+        )
+        parts.append(
+            "covered: "
+            + ", ".join(f"{k} {100 * v:.0f}%" for k, v in sizes if v > 0)
+        )
+    predicted = sources.get("predicted", 0.0)
+    if predicted or "predicted" in method:
+        count = row.get("predicted_bricks")
+        parts.append(
+            f"predicted {100 * predicted:.0f}%"
+            + (f" ({count} bricks)" if count is not None else "")
+        )
+    return "; ".join(parts) or "timed"
+
+
+def _beyond_timed(rows: Sequence[Mapping[str, Any]]) -> bool:
+    """Whether any row's estimate was not simply timed at its G."""
+    return any(r.get("method", "timed") != "timed" for r in rows)
 
 
 def format_noisy(rows: Sequence[Mapping[str, Any]]) -> str:

@@ -176,6 +176,34 @@ def test_tables_and_images(logs):
         assert png[:8] == b"\x89PNG\r\n\x1a\n"
 
 
+def test_estimates_show_their_sources(tmp_path):
+    rows = [
+        {
+            "model": "m",
+            "granularity": g,
+            "mode": "sequential",
+            "estimated_ms": 2.0 * g,
+            "low_ms": 1.0,
+            "high_ms": 3.0,
+            "measured_ms": 2.0,
+            "normalized": float(g),
+            "method": "covered+predicted",
+            "sources": {"G=1": 0.75, "predicted": 0.25},
+            "predicted_bricks": 1,
+        }
+        for g in (1, 2)
+    ]
+    written = board.write_estimates(tmp_path, rows)
+    assert any(p.startswith("estimates/m/") for p in written)
+    (table,) = _read(tmp_path / "estimates").Tensors("estimates")
+    text = tf.make_ndarray(table.tensor_proto).item().decode()
+    assert text.splitlines()[0].endswith("| source |")
+    assert "covered: G=1 75%; predicted 25% (1 bricks)" in text
+    acc = _read(tmp_path / "estimates" / "m")
+    assert _values(acc, "source_share/predicted") == {1: 0.25, 2: 0.25}
+    assert _values(acc, "estimated_ms") == {1: 2.0, 2: 4.0}
+
+
 def test_brick_graphs_hold_layer_scopes(logs):
     log_dir, files, details = logs
     graph_runs = sorted(

@@ -118,5 +118,46 @@ def test_format_estimates_shows_missing_measurements_as_dashes():
     )
 
 
+def test_rows_say_how_their_estimate_was_obtained():
+    base = {
+        "model": "a",
+        "granularity": 3,
+        "mode": "sequential",
+        "estimated_ms": 1.0,
+        "low_ms": 0.9,
+        "high_ms": 1.2,
+        "measured_ms": 1.0,
+        "normalized": 1.0,
+        "noisy_bricks": 0,
+    }
+    covered = {
+        **base,
+        "method": "covered+predicted",
+        "sources": {"G=1": 0.1, "G=3": 0.7, "predicted": 0.2},
+        "predicted_bricks": 2,
+    }
+    timed = {**base, "model": "b", "method": "timed"}
+    lines = report.format_estimates([covered, timed]).splitlines()
+    assert lines[0].endswith("| noisy bricks | source |")
+    assert lines[2].endswith(
+        "| covered: G=3 70%, G=1 10%; predicted 20% (2 bricks) |"
+    )
+    assert lines[3].endswith("| 0 | timed |")
+    assert report.format_source(
+        {"method": "predicted", "sources": {"timed": 0.9, "predicted": 0.1}}
+    ) == ("predicted 10%")
+    # Rows without a method (older rows) get no column.
+    assert "source" not in report.format_estimates([base])
+    # A report whose rows were all timed keeps its columns; one that is
+    # not shows where each estimate came from.
+    runs = [{**r, "method": "timed"} for r in REPORT["runs"]]
+    assert "source" not in report.format_report({**REPORT, "runs": runs})
+    runs[1] = {**runs[1], "method": "covered", "sources": {"G=2": 1.0}}
+    lines = report.format_report({**REPORT, "runs": runs}).splitlines()
+    assert lines[0].endswith("| source |")
+    assert lines[2].endswith("| timed |")
+    assert lines[3].endswith("| covered: G=2 100% |")
+
+
 if __name__ == "__main__":
     raise SystemExit(pytest.main([__file__, "-q"]))

@@ -9,9 +9,24 @@ from __future__ import annotations
 
 import dataclasses
 
-from absl import app
+from absl import app, flags
 
 from dlbricks_tf.cli import outputs, shared_flags, startup, timing_flags
+
+COVER = flags.DEFINE_bool(
+    "cover",
+    False,
+    "estimate: cover each model by the stored bricks of any G up to "
+    "--granularity (fewest bricks), not only those of its cut at G.",
+)
+PREDICT = flags.DEFINE_bool(
+    "predict",
+    False,
+    "estimate: predict the bricks the store lacks with a latency model "
+    "fitted on the store's bricks of these settings and this machine "
+    "(those of --models and of the keras.applications models the store "
+    "timed); without it a missing brick is an error.",
+)
 
 
 def estimate(sources, gs, safe_mode) -> None:
@@ -20,9 +35,14 @@ def estimate(sources, gs, safe_mode) -> None:
     from dlbricks_tf.fingerprint import system_fingerprint
 
     if shared_flags.RECIPE.value:
+        if COVER.value or PREDICT.value:
+            raise app.UsageError(
+                "--cover and --predict need the models (--models): a recipe "
+                "holds only the signatures of its bricks."
+            )
         _estimate_recipes(shared_flags.RECIPE.value)
         return
-    _, db, _ = outputs.paths()
+    _, db, logdir = outputs.paths()
     backend = shared_flags.BACKEND.value
     settings = dataclasses.replace(
         startup.start_tensorflow(),
@@ -35,15 +55,47 @@ def estimate(sources, gs, safe_mode) -> None:
         for g in gs
         for s in sources
     )
+    fp = system_fingerprint()
     with outputs.open_store(db, must_exist=True) as store:
-        rows = job.estimate_plans(
-            plans,
-            settings,
-            system_fingerprint(),
-            store,
-            shared_flags.MODE.value,
-        )
+        if COVER.value or PREDICT.value:
+            rows = []
+            for g in gs:
+                rows += _estimate_beyond(
+                    sources, g, settings, fp, store, safe_mode
+                )
+        else:
+            rows = job.estimate_plans(
+                plans, settings, fp, store, shared_flags.MODE.value
+            )
     _print(rows)
+    if COVER.value or PREDICT.value:
+        from dlbricks_tf import board
+
+        outputs.make_dirs(logdir)
+        board.write_estimates(logdir, rows)
+        print(f"\nTensorBoard: tensorboard --logdir {logdir}", flush=True)
+
+
+def _estimate_beyond(sources, g, settings, fp, store, safe_mode) -> list:
+    """estimate --cover/--predict: rows that say where each estimate is from."""
+    from dlbricks_tf import beyond, corpus, job
+
+    training = []
+    if PREDICT.value:  # The models the store timed teach the predictor too.
+        timed = {
+            r["model"]
+            for r in store.rows("model")
+            if r["fingerprint_id"] == fp.id
+            and r["settings"] == settings.to_dict()
+        }
+        names = sorted(timed & set(corpus.APPLICATIONS))
+        training = job.resolve_models(names) if names else []
+    return beyond.estimate_models(
+        sources, g, settings, fp, store, shared_flags.MODE.value,
+        cover=COVER.value, predict=PREDICT.value, training=training,
+        safe_mode=safe_mode, fuse=shared_flags.FUSE.value,
+        log=lambda line: print(line, flush=True),
+    )  # fmt: skip
 
 
 def _estimate_recipes(paths: list[str]) -> None:

@@ -26,7 +26,11 @@ Commands:
   estimate   estimate --models from the brick timings in --db
              (--mode=sequential or parallel); with --recipe=FILE,...
              estimate from recipe files instead, without the models
-             (the timings of --backend).
+             (the timings of --backend). --cover covers each model by
+             stored bricks of every G up to --granularity; --predict
+             predicts the bricks the store lacks (a latency model of
+             the store's bricks); each row says how much of its estimate
+             came from where.
   export     write the unique bricks of --models at one G to --suite
              (SavedModel, .keras and ONNX each, fresh weights, no names:
              shareable) and one private recipe per model to --recipes.

@@ -1,0 +1,270 @@
+r"""How much a cover by stored bricks of every G gains over one G.
+
+Reads a store that holds the bricks of some keras.applications models cut
+at several G (benchmarks/accuracy.py --granularities=1,2,3 writes one) and
+their end-to-end timings; times nothing. The store is read from a copy.
+For every model the store timed end to end, for the settings and machine
+of those timings:
+
+* the estimate at each G (the model cut at G, as `estimate` does);
+* the cover by stored bricks of 1..max G for each objective of
+  `dlbricks_tf.cover` ("fewest", the default; "precise"; "smallest"), with
+  the share of the estimate that bricks of each G hold;
+* "chosen": for each model, the objective that fits the *other* models
+  best (mean |log(estimate / measured)|), never the model itself.
+
+Normalized latency is estimate / measured (the store's end-to-end median).
+
+A store of benchmarks/accuracy.py keeps one timing per signature (a later
+G's pass re-times the single-call bricks it shares with an earlier one)
+and the models' timings of the last pass only; and a machine drifts
+between passes. With --report (that run's report.json, which holds each
+pass's end-to-end medians), a second table compares every estimate with
+the model timed in the same pass as its bricks: each brick's latency is
+set against the model's median of the pass that timed it (passes found
+from the bricks' commit times), so no G is favoured by when it ran.
+
+Usage:
+    python -m benchmarks.cover_eval --db=/work/runs/acc13/store.sqlite \
+        --report=/work/runs/acc13/report.json
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import shutil
+import tempfile
+import time
+from datetime import datetime
+
+from absl import app, flags
+
+_DB = flags.DEFINE_string("db", None, "Store to read (copied first).")
+_REPORT = flags.DEFINE_string(
+    "report", None, "report.json of the run that wrote --db (optional)."
+)
+_GRANULARITIES = flags.DEFINE_list("granularities", ["1", "2", "3"], "G.")
+_MODE = flags.DEFINE_enum(
+    "mode", "sequential", ["sequential", "parallel"], "Estimate mode."
+)
+_JSON = flags.DEFINE_string("json", None, "Write the rows here too.")
+
+
+def _geomean(values):
+    return math.exp(sum(math.log(v) for v in values) / len(values))
+
+
+def _summary(name, values):
+    within = sum(0.9 <= v <= 1.1 for v in values)
+    return (
+        f"| {name} | {within}/{len(values)} | {_geomean(values):.3f} "
+        f"| {min(values):.3f}-{max(values):.3f} |"
+    )
+
+
+def _passes(store, settings, fp, granularities):
+    """{signature: G of the pass that timed it}, from commit times."""
+    rows = [
+        r
+        for r in store.rows("brick")
+        if r["fingerprint_id"] == fp.id and r["settings"] == settings.to_dict()
+    ]
+    stamps = sorted(
+        (datetime.fromisoformat(r["created"].rstrip("Z")), r["signature"])
+        for r in rows
+    )
+    gaps = sorted(
+        range(1, len(stamps)),
+        key=lambda i: stamps[i][0] - stamps[i - 1][0],
+        reverse=True,
+    )[: len(granularities) - 1]
+    cuts = sorted(gaps)
+    out = {}
+    k = 0
+    for i, (_, signature) in enumerate(stamps):
+        while k < len(cuts) and i >= cuts[k]:
+            k += 1
+        out[signature] = granularities[k]
+    return out
+
+
+def _matched(est_ms, plan, results, passes, measured_by_pass, model):
+    """Estimate over the pass-weighted end-to-end median of the model."""
+    weights = {}
+    for b in plan.bricks:
+        g = passes[b.signature]
+        weights[g] = weights.get(g, 0.0) + results[b.signature].median_ms
+    total = sum(weights.values())
+    ref = sum(w * measured_by_pass[(model, g)] for g, w in weights.items())
+    return est_ms / (ref / total)
+
+
+def main(argv):
+    if len(argv) > 1:
+        raise app.UsageError(f"Unexpected arguments: {argv[1:]}")
+    if not _DB.value:
+        raise app.UsageError("--db is required.")
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+    from dlbricks_tf import beyond, corpus, split
+    from dlbricks_tf import cover as cover_lib
+    from dlbricks_tf import estimate as estimate_lib
+    from dlbricks_tf.decompose import Cutter, from_runs, model_graph
+    from dlbricks_tf.store import Store
+
+    gs = sorted(int(g) for g in _GRANULARITIES.value)
+    top = max(gs)
+    by_pass = None
+    if _REPORT.value:
+        with open(_REPORT.value, encoding="utf-8") as f:
+            report = json.load(f)
+        by_pass = {
+            (r["model"], r["granularity"]): r["measured_ms"]
+            for r in report["runs"]
+            if r.get("split", "plain") == "plain"
+        }
+    with tempfile.TemporaryDirectory() as tmp:
+        with Store(beyond.copy_store(_DB.value, tmp)) as store:
+            (settings, fp), *others = beyond.stored_pairs(store)
+            if others:
+                print(f"(several settings stored; using {settings.key()})")
+            results = store.results(settings, fp)
+            measured = {
+                r["model"]: store.get_model(r["model"], settings, fp)
+                for r in store.rows("model")
+            }
+            passes = (
+                _passes(store, settings, fp, gs) if by_pass is not None else {}
+            )
+    names = [n for n in measured if n in corpus.APPLICATIONS]
+    tmp_configs = tempfile.mkdtemp()
+    columns = [f"G={g}" for g in gs] + list(cover_lib.OBJECTIVES)
+    rows = []
+    seconds = []
+    from_file = []
+    for name in names:
+        model = corpus.application(name)
+        # What estimating a model from its file costs, with nothing timed:
+        # reading its config, walking it, the cover and the estimate.
+        config = os.path.join(tmp_configs, f"{name}.json")
+        with open(config, "w", encoding="utf-8") as f:
+            f.write(model.to_json())
+        start = time.perf_counter()
+        graph, factory = model_graph(config)
+        cover_lib.cover_graph(
+            graph, factory, results, max_granularity=top
+        ).estimate(results, _MODE.value)
+        from_file.append(time.perf_counter() - start)
+        graph, factory = model_graph(model)
+        cutter = Cutter(graph, factory)
+        m = measured[name].median_ms
+        row = {"model": name, "measured_ms": m, "normalized": {}}
+        row["matched"] = {}
+        row["shares"] = {}
+        row["bricks"] = {}
+        plans = {}
+        for g in gs:
+            plans[f"G={g}"] = from_runs(
+                graph,
+                factory,
+                split.split(graph, g),
+                granularity=g,
+                cutter=cutter,
+            )
+        for objective in cover_lib.OBJECTIVES:
+            start = time.perf_counter()
+            plans[objective] = cover_lib.cover_graph(
+                graph,
+                factory,
+                results,
+                max_granularity=top,
+                objective=objective,
+                cutter=cutter,
+            )
+            seconds.append(time.perf_counter() - start)
+        for key, plan in plans.items():
+            if isinstance(plan, cover_lib.Cover):
+                est = plan.estimate(results, _MODE.value)
+            else:
+                est = estimate_lib.estimate(plan, results, _MODE.value)
+            row["normalized"][key] = est.ms / m
+            row["bricks"][key] = est.bricks
+            row["shares"][key] = {s.label: s.share for s in est.sources}
+            if by_pass is not None:
+                row["matched"][key] = _matched(
+                    est.ms, plan, results, passes, by_pass, name
+                )
+        rows.append(row)
+        print(f"{name}: done", flush=True)
+    _chosen(rows, "normalized")
+    if by_pass is not None:
+        _chosen(rows, "matched")
+    columns.append("chosen")
+
+    print(
+        f"\nStore {_DB.value}: {settings.key()}, machine {fp.id}; "
+        f"{len(rows)} models; normalized = estimate / measured "
+        f"({_MODE.value})\n"
+    )
+    print(
+        "| model | measured ms | "
+        + " | ".join(columns)
+        + " | fewest: share by G | bricks G="
+        + f"{top} / fewest |"
+    )
+    print("|---|---:|" + "---:|" * len(columns) + "---|---:|")
+    for r in rows:
+        shares = ", ".join(
+            f"{k} {100 * v:.0f}%"
+            for k, v in sorted(r["shares"]["fewest"].items())
+        )
+        print(
+            f"| {r['model']} | {r['measured_ms']:.2f} | "
+            + " | ".join(f"{r['normalized'][c]:.3f}" for c in columns)
+            + f" | {shares} | {r['bricks'][f'G={top}']} / "
+            f"{r['bricks']['fewest']} |"
+        )
+    for field, title in (
+        ("normalized", "measured: the store's end-to-end medians"),
+        ("matched", "measured: the same pass as each brick (--report)"),
+    ):
+        if field == "matched" and by_pass is None:
+            continue
+        print(f"\n{title}\n")
+        print("| estimate | within 0.90-1.10 | geomean | range |")
+        print("|---|---:|---:|---:|")
+        for c in columns:
+            print(_summary(c, [r[field][c] for r in rows]))
+    print(
+        f"\nCover time per model (dynamic programming, signatures and "
+        f"estimate; models already walked): median "
+        f"{1e3 * sorted(seconds)[len(seconds) // 2]:.0f} ms, max "
+        f"{1e3 * max(seconds):.0f} ms. From a model-config .json file "
+        f"(read, walked, covered, estimated; nothing timed): median "
+        f"{1e3 * sorted(from_file)[len(from_file) // 2]:.0f} ms, max "
+        f"{1e3 * max(from_file):.0f} ms"
+    )
+    shutil.rmtree(tmp_configs)
+    if _JSON.value:
+        with open(_JSON.value, "w", encoding="utf-8") as f:
+            json.dump(rows, f, indent=1)
+
+
+def _chosen(rows, field):
+    """Per model, the objective that fits the other models best."""
+    from dlbricks_tf.cover import OBJECTIVES
+
+    for r in rows:
+        others = [o for o in rows if o is not r]
+
+        def fit(objective, others=others):
+            return sum(abs(math.log(o[field][objective])) for o in others)
+
+        best = min(OBJECTIVES, key=fit)
+        r[field]["chosen"] = r[field][best]
+        r.setdefault("chosen_objective", {})[field] = best
+
+
+if __name__ == "__main__":
+    app.run(main)

@@ -1,0 +1,268 @@
+r"""Predicted bricks, evaluated one held-out family at a time.
+
+Reads a store holding the bricks of many keras.applications models at one
+G and their end-to-end timings (benchmarks/accuracy.py --all writes one);
+times nothing, and reads the store from a copy. Models are grouped in
+families (ConvNeXt, DenseNet, EfficientNet, EfficientNetV2,
+Inception/Xception, MobileNet, NASNet, RegNet, ResNet, VGG). For each
+family F:
+
+1. a predictor (`dlbricks_tf.predict`) is fitted on the stored bricks of
+   the other families only, with every signature F uses left out even
+   where another family shares it: nothing of F is learnt from;
+2. every brick of F's models is predicted, and each model's estimate
+   ("predicted") compared with its end-to-end timing;
+3. "stored + predicted": what `estimate --predict` would give had only the
+   other families been timed: F's bricks that another family shares keep
+   their stored timing, the rest are predicted (their share is shown);
+4. "timed": the usual estimate from F's own timed bricks, beside them;
+   "predicted / timed" compares the predicted estimate with it, apart
+   from how far the timed bricks themselves are from the whole model.
+
+Campaign seconds saved: what timing F's bricks that no other family has
+cost, taken as each brick's sampling time (samples x calls per sample x
+median, from the store) plus a setup cost per brick (building, tracing,
+first run of its chain: --setup_ms, by default the G=1 campaign's
+setup / bricks of --report, else 38.5 ms, that of the 13-model run of
+2026-11-30).
+
+Usage:
+    python -m benchmarks.predict_eval --db=/work/runs/acc40/store.sqlite
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import shutil
+import tempfile
+import time
+
+from absl import app, flags
+
+_DB = flags.DEFINE_string("db", None, "Store to read (copied first).")
+_G = flags.DEFINE_integer("granularity", 1, "G of the bricks.", lower_bound=1)
+_METHOD = flags.DEFINE_enum(
+    "method", "trees", ["trees", "hybrid", "roofline"], "Predictor."
+)
+_REPORT = flags.DEFINE_string(
+    "report", None, "report.json of the run (for the setup cost per brick)."
+)
+_SETUP_MS = flags.DEFINE_float(
+    "setup_ms", None, "Campaign setup per brick, ms (see the docstring)."
+)
+_JSON = flags.DEFINE_string("json", None, "Write the rows here too.")
+
+
+def _geomean(values):
+    return math.exp(sum(math.log(v) for v in values) / len(values))
+
+
+def _median(values):
+    return sorted(values)[len(values) // 2]
+
+
+def _within(values):
+    return sum(0.9 <= v <= 1.1 for v in values)
+
+
+def _setup_ms() -> float:
+    if _SETUP_MS.value is not None:
+        return _SETUP_MS.value
+    if _REPORT.value:
+        with open(_REPORT.value, encoding="utf-8") as f:
+            corpus = json.load(f)["corpus"]
+        for c in corpus:
+            if c["granularity"] == _G.value and c.get("bricks_timed"):
+                return 1e3 * c["campaign_setup_s"] / c["bricks_timed"]
+    return 38.5
+
+
+def main(argv):
+    if len(argv) > 1:
+        raise app.UsageError(f"Unexpected arguments: {argv[1:]}")
+    if not _DB.value:
+        raise app.UsageError("--db is required.")
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+    from dlbricks_tf import beyond, corpus, split
+    from dlbricks_tf import estimate as estimate_lib
+    from dlbricks_tf import predict as predict_lib
+    from dlbricks_tf.corpus import family
+    from dlbricks_tf.decompose import from_runs, model_graph
+    from dlbricks_tf.store import Store
+
+    g = _G.value
+    setup_s = _setup_ms() / 1e3
+    with tempfile.TemporaryDirectory() as tmp:
+        with Store(beyond.copy_store(_DB.value, tmp)) as store:
+            (settings, fp), *others = beyond.stored_pairs(store)
+            if others:
+                print(f"(several settings stored; using {settings.key()})")
+            results = store.results(settings, fp)
+            measured = {
+                r["model"]: store.get_model(r["model"], settings, fp)
+                for r in store.rows("model")
+                if r["model"] in corpus.APPLICATIONS
+            }
+    graphs = {}
+    plans = {}
+    configs = {}
+    folder = tempfile.mkdtemp()
+    for name in measured:
+        model = corpus.application(name)
+        configs[name] = os.path.join(folder, f"{name}.json")
+        with open(configs[name], "w", encoding="utf-8") as f:
+            f.write(model.to_json())
+        graph, factory = model_graph(model)
+        plan = from_runs(graph, factory, split.split(graph, g), granularity=g)
+        if any(b.signature not in results for b in plan.bricks):
+            print(f"{name}: not every brick at G={g} is stored; left out")
+            continue
+        graphs[name] = (graph, factory)
+        plans[name] = plan
+    families = {}
+    for name in plans:
+        families.setdefault(family(name), []).append(name)
+
+    rows = []
+    fits = []
+    for fam, names in families.items():
+        own = {b.signature for n in names for b in plans[n].bricks}
+        rest = {
+            b.signature
+            for n, p in plans.items()
+            if family(n) != fam
+            for b in p.bricks
+        }
+        data = predict_lib.examples(
+            {n: v for n, v in graphs.items() if family(n) != fam},
+            results,
+            max_granularity=g,
+            exclude=frozenset(own),
+            group_of=family,
+        )
+        start = time.perf_counter()
+        predictor = predict_lib.Predictor.fit(data, method=_METHOD.value)
+        fits.append(time.perf_counter() - start)
+        new = own - rest
+        saved = sum(
+            results[s].samples
+            * results[s].calls_per_sample
+            * results[s].median_ms
+            / 1e3
+            + setup_s
+            for s in new
+        )
+        for n in names:
+            m = measured[n].median_ms
+            # From the model's config file: read, walked, cut, every brick
+            # predicted, estimated; nothing is timed.
+            start = time.perf_counter()
+            graph, factory = model_graph(configs[n])
+            plan = from_runs(
+                graph, factory, split.split(graph, g), granularity=g
+            )
+            guessed = predictor.predict_bricks(plan.bricks, graph.specs)
+            all_predicted = estimate_lib.estimate(
+                plan,
+                guessed,
+                sources=dict.fromkeys(guessed, estimate_lib.PREDICTED),
+            )
+            seconds = time.perf_counter() - start
+            mixed_results = {
+                s: results[s] if s in rest else guessed[s] for s in guessed
+            }
+            mixed = estimate_lib.estimate(
+                plan,
+                mixed_results,
+                sources={
+                    s: estimate_lib.PREDICTED for s in guessed if s not in rest
+                },
+            )
+            timed = estimate_lib.estimate(plan, results)
+            rows.append(
+                {
+                    "family": fam,
+                    "model": n,
+                    "measured_ms": m,
+                    "timed": timed.ms / m,
+                    "predicted": all_predicted.ms / m,
+                    "predicted_low": all_predicted.low_ms / m,
+                    "predicted_high": all_predicted.high_ms / m,
+                    "mixed": mixed.ms / m,
+                    "mixed_share": mixed.share(estimate_lib.PREDICTED),
+                    "mixed_low": mixed.low_ms / m,
+                    "mixed_high": mixed.high_ms / m,
+                    "predict_s": seconds,
+                    "family_new_bricks": len(new),
+                    "family_bricks": len(own),
+                    "family_saved_s": saved,
+                    "train_bricks": len(data),
+                    "cv_median_error": predictor.cv.median_error,
+                }
+            )
+        print(f"{fam}: {len(data)} bricks learnt from", flush=True)
+
+    print(
+        f"\nStore {_DB.value}: {settings.key()}, machine {fp.id}, G={g}, "
+        f"predictor {_METHOD.value}; normalized = estimate / measured\n"
+    )
+    print(
+        "| family | model | measured ms | timed | predicted [95% bounds] "
+        "| stored + predicted [bounds] (predicted share) |"
+    )
+    print("|---|---|---:|---:|---:|---:|")
+    for r in rows:
+        print(
+            f"| {r['family']} | {r['model']} | {r['measured_ms']:.2f} "
+            f"| {r['timed']:.3f} | {r['predicted']:.3f} "
+            f"[{r['predicted_low']:.2f}-{r['predicted_high']:.2f}] "
+            f"| {r['mixed']:.3f} [{r['mixed_low']:.2f}-{r['mixed_high']:.2f}]"
+            f" ({100 * r['mixed_share']:.0f}%) |"
+        )
+    print(
+        "\n| family | models | within ±10%: timed / predicted / stored + "
+        "predicted | geomean: timed / predicted / stored + predicted "
+        "| predicted / timed: geomean | new bricks / bricks "
+        "| campaign s saved |"
+    )
+    print("|---|---:|---:|---:|---:|---:|---:|")
+    groups = list(families) + ["(all)"]
+    for fam in groups:
+        mine = [r for r in rows if fam == "(all)" or r["family"] == fam]
+        if not mine:
+            continue
+        cols = ("timed", "predicted", "mixed")
+        within = " / ".join(str(_within([r[c] for r in mine])) for c in cols)
+        means = " / ".join(
+            f"{_geomean([r[c] for r in mine]):.3f}" for c in cols
+        )
+        fams = {r["family"]: r for r in mine}
+        new = sum(r["family_new_bricks"] for r in fams.values())
+        total = sum(r["family_bricks"] for r in fams.values())
+        saved = sum(r["family_saved_s"] for r in fams.values())
+        agree = _geomean([r["predicted"] / r["timed"] for r in mine])
+        print(
+            f"| {fam} | {len(mine)} | {within} | {means} | {agree:.3f} "
+            f"| {new} / {total} | {saved:.1f} |"
+        )
+    inside = sum(r["predicted_low"] <= 1 <= r["predicted_high"] for r in rows)
+    times = [r["predict_s"] for r in rows]
+    print(
+        f"\nThe measured latency lies within the predicted estimate's "
+        f"bounds for {inside}/{len(rows)} models. Fitting a predictor took "
+        f"{min(fits):.1f}-{max(fits):.1f} s; estimating a model from its "
+        f"config .json file (read, walked, cut, every brick predicted; "
+        f"nothing timed): median {1e3 * _median(times):.0f} ms, max "
+        f"{1e3 * max(times):.0f} ms. Setup per brick taken as "
+        f"{1e3 * setup_s:.1f} ms."
+    )
+    shutil.rmtree(folder)
+    if _JSON.value:
+        with open(_JSON.value, "w", encoding="utf-8") as f:
+            json.dump(rows, f, indent=1)
+
+
+if __name__ == "__main__":
+    app.run(main)

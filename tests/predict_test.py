@@ -1,0 +1,324 @@
+"""Tests for dlbricks_tf/predict.py, features.py and beyond.py.
+
+The bricks are those of real Keras models; their "timings" follow a known
+law of the bricks' features and are written to real SQLite stores, so what
+the predictor should find is known exactly.
+"""
+
+import math
+
+import keras
+import numpy as np
+import pytest
+from keras import layers
+
+from dlbricks_tf import beyond, features, split
+from dlbricks_tf import estimate as estimate_lib
+from dlbricks_tf import predict as predict_lib
+from dlbricks_tf.decompose import Cutter, from_runs, model_graph
+from dlbricks_tf.fingerprint import SystemFingerprint, system_fingerprint
+from dlbricks_tf.settings import RunSettings
+from dlbricks_tf.stats import Timing
+from dlbricks_tf.store import Store
+from tests import models
+from tests.cli import FAST, dlbricks
+
+SETTINGS = RunSettings(batch_size=1, intra_op_threads=1, inter_op_threads=1)
+FP = SystemFingerprint(
+    cpu_model="Test CPU",
+    physical_cores=1,
+    logical_cpus=1,
+    os="Linux",
+    machine="x86_64",
+    python="3.11",
+    tensorflow="2.21",
+    keras="3.15",
+    onnxruntime="",
+    onednn=True,
+)
+# How far the predictor may miss the law on bricks of a model it never saw:
+# the median brick within 5%, every brick within 20%.
+MEDIAN_TOLERANCE = 0.05
+MAX_TOLERANCE = 0.20
+
+
+def law_ms(f) -> float:
+    """The synthetic latency: a roofline, a cost per call, and a step."""
+    ms = 0.002 * f["calls"] + f["flops"] / 5e9 + f["bytes"] / 2e9
+    if f["max_kernel"] >= 5:  # Wide windows run slower than their FLOPs.
+        ms *= 1.5
+    return ms
+
+
+def _timing(ms):
+    return Timing(ms, ms, ms, ms, 10, 0.98 * ms, 1.02 * ms, False)
+
+
+def _net(seed: int) -> keras.Model:
+    """A small convolutional network drawn from a seed."""
+    rng = np.random.default_rng(seed)
+    size = int(rng.choice([8, 12, 16, 24]))
+    x = inp = keras.Input((size, size, int(rng.choice([3, 4, 8]))))
+    for _ in range(int(rng.integers(3, 6))):
+        filters = int(rng.choice([4, 8, 16, 32]))
+        kernel = int(rng.choice([1, 3, 5]))
+        if rng.random() < 0.3:
+            x = layers.DepthwiseConv2D(kernel, padding="same")(x)
+        x = layers.Conv2D(filters, kernel, padding="same")(x)
+        x = layers.BatchNormalization()(x)
+        x = layers.ReLU()(x)
+        if rng.random() < 0.4:
+            x = layers.MaxPooling2D(int(rng.choice([2, 3])), padding="same")(x)
+    x = layers.GlobalAveragePooling2D()(x)
+    out = layers.Dense(int(rng.choice([4, 10, 32])))(x)
+    return keras.Model(inp, out, name=f"net{seed}")
+
+
+@pytest.fixture(scope="module")
+def graphs():
+    return {f"net{s}": model_graph(_net(s)) for s in range(10)}
+
+
+def _law_store(path, graphs, skip=frozenset()):
+    """A store of every G=1..2 brick of `graphs`, timed by the law."""
+    store = Store(path)
+    for graph, factory in graphs.values():
+        cut = Cutter(graph, factory)
+        for begin in range(len(graph.calls)):
+            for end in (begin + 1, begin + 2):
+                if end > len(graph.calls) or not split.buildable(
+                    graph, begin, end
+                ):
+                    continue
+                b = cut.brick(begin, end)
+                if b.signature in skip:
+                    continue
+                ms = law_ms(features.brick_features(b, graph.specs))
+                store.put(b.signature, SETTINGS, FP, _timing(ms))
+    return store
+
+
+def test_features_count_flops_and_bytes_of_a_convolution():
+    inp = keras.Input((8, 8, 3))
+    model = keras.Model(inp, layers.Conv2D(4, 3, padding="same")(inp))
+    graph, factory = model_graph(model)
+    f = features.brick_features(Cutter(graph, factory).brick(0, 1), graph.specs)
+    # 8 x 8 x 4 outputs, each 3 x 3 x 3 multiply-adds.
+    assert f["flops"] == f["matrix_flops"] == 2 * 8 * 8 * 4 * 27
+    assert f["params"] == 27 * 4 + 4
+    assert f["bytes"] == 4 * (f["params"] + 8 * 8 * 3 + 8 * 8 * 4)
+    assert f["conv_calls"] == 1 and f["calls"] == 1 and f["max_kernel"] == 3
+    assert list(f) == list(features.feature_names())
+
+
+def test_the_predictor_recovers_a_known_law(graphs, tmp_path):
+    held_out = "net9"
+    learn = {k: v for k, v in graphs.items() if k != held_out}
+    with _law_store(tmp_path / "s.sqlite", graphs) as store:
+        results = store.results(SETTINGS, FP)
+    graph, factory = graphs[held_out]
+    unseen = {
+        b.signature: b
+        for b in from_runs(
+            graph, factory, split.split(graph, 1), granularity=1
+        ).bricks
+    }
+    data = predict_lib.examples(
+        learn, results, max_granularity=2, exclude=frozenset(unseen)
+    )
+    assert len(data) > 100
+    predictor = predict_lib.Predictor.fit(data)
+    assert predictor.cv.grouped and predictor.cv.bricks == len(data)
+    got = predictor.predict_bricks(list(unseen.values()), graph.specs)
+    errors = sorted(
+        abs(got[s].median_ms / results[s].median_ms - 1) for s in unseen
+    )
+    assert errors[len(errors) // 2] <= MEDIAN_TOLERANCE, errors
+    assert errors[-1] <= MAX_TOLERANCE, errors
+    for s in unseen:  # Nothing was run: no samples, an interval from CV.
+        t = got[s]
+        assert t.samples == 0 and t.ci_low_ms <= t.median_ms <= t.ci_high_ms
+
+
+def test_too_few_bricks_to_learn_from_is_an_error(graphs, tmp_path):
+    with _law_store(tmp_path / "s.sqlite", graphs) as store:
+        results = store.results(SETTINGS, FP)
+    data = predict_lib.examples(
+        {"net0": graphs["net0"]}, results, max_granularity=1
+    )[:6]
+    with pytest.raises(predict_lib.PredictorError, match="Only 6 timed"):
+        predict_lib.Predictor.fit(data)
+
+
+def _chain_missing_dense(graphs, tmp_path):
+    """The chain model, a store lacking its dense brick, a predictor."""
+    model, _ = models.chain()
+    graph, factory = model_graph(model)
+    cut = Cutter(graph, factory)
+    dense = cut.brick(7, 8).signature
+    everything = {**graphs, "chain": (graph, factory)}
+    # No brick holding the dense layer (alone, or after the pooling).
+    skip = {dense, cut.brick(6, 8).signature}
+    store = _law_store(tmp_path / "s.sqlite", everything, skip=skip)
+    results = store.results(SETTINGS, FP)
+    predictor = beyond.train(graphs, results, max_granularity=2)
+    return model, graph, factory, dense, store, results, predictor
+
+
+def test_a_predicted_estimate_says_how_much_was_predicted(graphs, tmp_path):
+    model, graph, factory, dense, store, results, predictor = (
+        _chain_missing_dense(graphs, tmp_path)
+    )
+    est, method, count = beyond.estimate_graph(
+        graph, factory, 1, results, predictor=predictor
+    )
+    assert (method, count) == ("predicted", 1)
+    predicted_ms = predictor.predict_bricks(
+        [Cutter(graph, factory).brick(7, 8)], graph.specs
+    )[dense].median_ms
+    assert est.share(estimate_lib.PREDICTED) == pytest.approx(
+        predicted_ms / est.ms
+    )
+    assert est.share("timed") == pytest.approx(1 - predicted_ms / est.ms)
+    assert [s.bricks for s in est.sources if s.label == "predicted"] == [1]
+    # The predictor's error widens the bounds beyond the timed bricks'.
+    timed = sum(
+        results[b.signature].ci_high_ms - results[b.signature].ci_low_ms
+        for b in from_runs(
+            graph, factory, split.split(graph, 1), granularity=1
+        ).bricks
+        if b.signature != dense
+    )
+    assert est.high_ms - est.low_ms > timed
+    # Covered too: the missing brick is predicted as part of a cover.
+    est, method, count = beyond.estimate_graph(
+        graph, factory, 2, results, cover=True, predictor=predictor
+    )
+    assert method == "covered+predicted" and count == 1
+    assert 0 < est.share(estimate_lib.PREDICTED) < 1
+    row = beyond.row(est, method, count, 2)
+    assert row["predicted_share"] == est.share(estimate_lib.PREDICTED)
+    assert sum(row["sources"].values()) == pytest.approx(1.0)
+    store.close()
+
+
+def test_without_predict_a_missing_brick_is_still_an_error(graphs, tmp_path):
+    model, graph, factory, dense, store, results, _ = _chain_missing_dense(
+        graphs, tmp_path
+    )
+    for cover in (False, True):
+        with pytest.raises(estimate_lib.MissingResultsError) as info:
+            beyond.estimate_graph(graph, factory, 1, results, cover=cover)
+        assert dense in info.value.signatures
+    store.close()
+
+
+def test_estimating_needs_no_timing(graphs, tmp_path):
+    """Every figure is read from the store: a store holding nothing for
+    the settings asked gives no estimate, and one holding the bricks
+    gives the law's sum."""
+    model, _ = models.chain()
+    graph, factory = model_graph(model)
+    with _law_store(tmp_path / "s.sqlite", {"c": (graph, factory)}) as store:
+        results = store.results(SETTINGS, FP)
+        other = RunSettings(2, intra_op_threads=1, inter_op_threads=1)
+        assert store.results(other, FP) == {}
+    est, method, _ = beyond.estimate_graph(graph, factory, 1, results)
+    want = sum(
+        law_ms(features.brick_features(b, graph.specs))
+        for b in from_runs(
+            graph, factory, split.split(graph, 1), granularity=1
+        ).bricks
+    )
+    assert method == "timed" and est.ms == pytest.approx(want)
+    assert est.sources == (estimate_lib.Source("timed", 1.0, 8),)
+
+
+CLI_SCALE = 100.0
+
+
+def _cli_store(tmp_path, files, skip_last: bool):
+    """A store for this machine and the CLI's settings, by the law."""
+    settings = RunSettings.default(1, intra_op_threads=1)
+    fp = system_fingerprint()
+    skip = set()
+    found = {}
+    for path in files:
+        graph, factory = model_graph(path)
+        found[path] = (graph, factory)
+        if skip_last and path == files[0]:
+            skip.add(Cutter(graph, factory).brick(7, 8).signature)
+    db = tmp_path / "s.sqlite"
+    with Store(db) as store:
+        for graph, factory in found.values():
+            cut = Cutter(graph, factory)
+            for i in range(len(graph.calls)):
+                b = cut.brick(i, i + 1)
+                if b.signature not in skip:  # In ms the table shows.
+                    ms = CLI_SCALE * law_ms(
+                        features.brick_features(b, graph.specs)
+                    )
+                    store.put(b.signature, settings, fp, _timing(ms))
+    return db
+
+
+@pytest.fixture(scope="module")
+def files(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("models")
+    paths = []
+    for builder in (models.chain, models.residual):
+        model = builder()[0]
+        paths.append(str(folder / f"{model.name}.keras"))
+        model.save(paths[-1])
+    return paths
+
+
+def test_cli_estimate_cover_and_predict(files, tmp_path):
+    db = _cli_store(tmp_path, files, skip_last=True)
+    common = [
+        f"--models={','.join(files)}",
+        f"--db={db}",
+        f"--out={tmp_path / 'out'}",
+        *FAST,
+    ]
+    proc = dlbricks("estimate", *common)
+    assert proc.returncode == 1
+    assert "1 brick(s) have no timing" in proc.stderr, proc.stderr
+    proc = dlbricks("estimate", "--predict", *common)
+    assert proc.returncode == 0, proc.stderr
+    assert "Predictor: " in proc.stdout
+    row = next(x for x in proc.stdout.splitlines() if x.startswith("| chain"))
+    assert "| predicted " in row and "(1 bricks)" in row
+    row = next(
+        x for x in proc.stdout.splitlines() if x.startswith("| residual")
+    )
+    assert row.rstrip().endswith("| timed |")
+    assert (tmp_path / "out" / "tensorboard" / "estimates").is_dir()
+    proc = dlbricks(
+        "estimate", "--cover", "--predict", "--granularity=3", *common
+    )
+    assert proc.returncode == 0, proc.stderr
+    row = next(x for x in proc.stdout.splitlines() if x.startswith("| chain"))
+    assert "covered: G=1 " in row and "predicted " in row
+
+
+def test_cli_cover_uses_bricks_of_several_g(files, tmp_path):
+    db = _cli_store(tmp_path, files, skip_last=False)
+    common = [f"--models={files[0]}", f"--db={db}", *FAST]
+    proc = dlbricks("estimate", "--granularity=2", *common)
+    assert proc.returncode == 1  # Only G=1 bricks are stored.
+    proc = dlbricks("estimate", "--cover", "--granularity=2", *common)
+    assert proc.returncode == 0, proc.stderr
+    row = next(x for x in proc.stdout.splitlines() if x.startswith("| chain"))
+    assert row.rstrip().endswith("| covered: G=1 100% |")
+    cells = [c.strip() for c in row.strip("|").split("|")]
+    want = CLI_SCALE * sum(
+        law_ms(features.brick_features(b, g.specs))
+        for g, f in [model_graph(files[0])]
+        for b in from_runs(g, f, split.split(g, 1), granularity=1).bricks
+    )
+    assert math.isclose(float(cells[3]), want, rel_tol=1e-3)
+
+
+if __name__ == "__main__":
+    raise SystemExit(pytest.main([__file__, "-q"]))
