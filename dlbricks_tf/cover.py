@@ -24,9 +24,10 @@ plus the best cover of [j, n). Covers are compared by the `objective`:
   keep what TensorFlow fuses across layers inside them (a convolution with
   its normalization and activation), and every brick pays its own harness
   residue (the link cost left after subtraction, a few microseconds), so
-  fewer bricks leave less of both. On the stores measured so far it also
-  gives the best agreement with the models timed end to end
-  (docs/estimating-beyond.md).
+  fewer bricks leave less of both. How the objectives compare on measured
+  stores is in docs/estimating-beyond.md: against the stores' own
+  end-to-end timings "fewest" agrees best; against the model timed in the
+  same pass as each brick, "precise" does as well or slightly better.
 * "precise": the smallest variance, then the fewest bricks.
 * "smallest": the most bricks (single calls wherever stored): the G=1
   estimate where it exists, for comparison.
