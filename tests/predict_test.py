@@ -304,7 +304,12 @@ def test_cli_estimate_cover_and_predict(files, tmp_path):
 
 def test_cli_cover_uses_bricks_of_several_g(files, tmp_path):
     db = _cli_store(tmp_path, files, skip_last=False)
-    common = [f"--models={files[0]}", f"--db={db}", *FAST]
+    common = [
+        f"--models={files[0]}",
+        f"--db={db}",
+        f"--out={tmp_path / 'out'}",
+        *FAST,
+    ]
     proc = dlbricks("estimate", "--granularity=2", *common)
     assert proc.returncode == 1  # Only G=1 bricks are stored.
     proc = dlbricks("estimate", "--cover", "--granularity=2", *common)
