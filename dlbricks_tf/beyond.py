@@ -161,19 +161,10 @@ def row(
     ({label: share of the estimate}), `predicted_bricks` (unique) and
     `predicted_share`.
     """
-    m = measured.median_ms if measured else None
+    from dlbricks_tf import job
+
     return {
-        "model": est.model,
-        "granularity": granularity,
-        "mode": est.mode,
-        "estimated_ms": est.ms,
-        "low_ms": est.low_ms,
-        "high_ms": est.high_ms,
-        "bricks": est.bricks,
-        "noisy_bricks": len(est.noisy_signatures),
-        "measured_ms": m,
-        "measured_noisy": measured.noisy if measured else None,
-        "normalized": est.ms / m if m else None,
+        **job.estimate_row(est.model, granularity, est, measured),
         "method": method,
         "sources": {s.label: s.share for s in est.sources},
         "predicted_bricks": predicted,

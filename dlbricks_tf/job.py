@@ -888,6 +888,30 @@ def measure_models(
     return measured
 
 
+def estimate_row(
+    name: str, granularity: int, est, measured: Timing | None
+) -> dict[str, Any]:
+    """One row of the `estimate` command (`report.format_estimates`).
+
+    measured_ms, measured_noisy and normalized are None without an
+    end-to-end timing.
+    """
+    m = measured.median_ms if measured else None
+    return {
+        "model": name,
+        "granularity": granularity,
+        "mode": est.mode,
+        "estimated_ms": est.ms,
+        "low_ms": est.low_ms,
+        "high_ms": est.high_ms,
+        "bricks": est.bricks,
+        "noisy_bricks": len(est.noisy_signatures),
+        "measured_ms": m,
+        "measured_noisy": measured.noisy if measured else None,
+        "normalized": est.ms / m if m else None,
+    }
+
+
 def estimate_models(
     sources: Sequence[ModelSource],
     granularity: int,
@@ -953,20 +977,5 @@ def estimate_plans(
     for name, plan in plans:
         est = estimate_lib.estimate(plan, results, mode, failures=failures)
         measured = store.get_model(name, settings, fingerprint)
-        m = measured.median_ms if measured else None
-        rows.append(
-            {
-                "model": name,
-                "granularity": plan.granularity,
-                "mode": mode,
-                "estimated_ms": est.ms,
-                "low_ms": est.low_ms,
-                "high_ms": est.high_ms,
-                "bricks": est.bricks,
-                "noisy_bricks": len(est.noisy_signatures),
-                "measured_ms": m,
-                "measured_noisy": measured.noisy if measured else None,
-                "normalized": est.ms / m if m else None,
-            }
-        )
+        rows.append(estimate_row(name, plan.granularity, est, measured))
     return rows
