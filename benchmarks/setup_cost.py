@@ -1,7 +1,8 @@
 r"""Where a brick campaign's setup goes, per unique brick.
 
 The setup of a campaign is what no sampling cap shortens: building each
-brick (a fresh `keras.Model` from its layer configs), its synthetic inputs,
+brick (a `keras.Model` on its model's own layers, or fresh ones from its
+layer configs with --nolive_layers), its synthetic inputs,
 the memory check, tracing its chain (`dlbricks_tf.chain`), and the chain's
 first call (grappler, instantiation, oneDNN primitives) and warm-up call.
 This script runs `dlbricks_tf.campaign.time_chains` on the unique bricks
@@ -29,6 +30,13 @@ _MODELS = flags.DEFINE_list(
 _G = flags.DEFINE_integer("granularity", 1, "G.", lower_bound=1)
 _INTRA = flags.DEFINE_integer(
     "intra_op_threads", 1, "Intra-op threads.", lower_bound=1
+)
+
+_LIVE = flags.DEFINE_bool(
+    "live_layers",
+    True,
+    "Build bricks on their model's own layers, as `run` does (False: "
+    "fresh layers from the configs, as a suite or `bench` does).",
 )
 
 
@@ -66,13 +74,13 @@ def main(argv: list[str]) -> None:
     from dlbricks_tf.decompose import decompose
     from dlbricks_tf.timing import TimingOptions
 
-    bricks = {}
+    bricks, sources = {}, {}
     for name in _MODELS.value:
         model = corpus.application(name)
         for b in decompose(model, _G.value).bricks:
             bricks.setdefault(b.signature, b)
+            sources.setdefault(b.signature, model if _LIVE.value else None)
         del model
-        keras.backend.clear_session()
     seconds: collections.Counter = collections.Counter()
     original_prepare = chain.ChainTimer._prepare
 
@@ -95,7 +103,9 @@ def main(argv: list[str]) -> None:
         ]:
             stack.enter_context(_timed(owner, name, seconds, part))
         chained = [  # After the patches: each build is timed.
-            campaign.ChainedBrick(key, functools.partial(b.build, 1))
+            campaign.ChainedBrick(
+                key, functools.partial(b.build, 1, source=sources[key])
+            )
             for key, b in bricks.items()
         ]
         chain.ChainTimer._prepare = prepare

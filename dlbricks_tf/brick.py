@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+from typing import Any
 
 import keras
 
@@ -17,6 +18,32 @@ def layer_name(qualified: str) -> str:
     `outer__inner`.
     """
     return qualified.replace("/", "__")
+
+
+def source_layer(model: keras.Model, qualified: str) -> keras.Layer:
+    """The layer `outer/inner` of `model`, through nested models."""
+    layer = model
+    for part in qualified.split("/"):
+        layer = layer.get_layer(part)
+    return layer
+
+
+def _live_layer(source: keras.Model, call: Call) -> Any | None:
+    """`source`'s own layer for `call`, or None if it has none like it.
+
+    The layer must have the call's class and config: a model built twice
+    in one process can name its auto-named layers differently, and a
+    weightless layer of another config would run silently.
+    """
+    try:
+        layer = source_layer(source, call.name)
+    except ValueError:  # Not a layer of `source` (a raw keras.ops call).
+        return None
+    if type(layer).__name__ != call.class_name:
+        return None
+    if layer.get_config() != call.layer_config.get("config"):
+        return None
+    return layer
 
 
 @dataclasses.dataclass(frozen=True)
@@ -46,7 +73,11 @@ class Brick:
     factory: replay.LayerFactory = dataclasses.field(repr=False, compare=False)
 
     def build(
-        self, batch_size: int | None = 1, *, anonymous: bool = False
+        self,
+        batch_size: int | None = 1,
+        *,
+        anonymous: bool = False,
+        source: keras.Model | None = None,
     ) -> keras.Model:
         """A fresh, runnable `keras.Model` of this brick, with new weights.
 
@@ -61,6 +92,13 @@ class Brick:
                 `input_0`, ... and the model `brick`, so that no name of
                 the source model is in the built model (for a suite that is
                 shared, see `dlbricks_tf.export`).
+            source: the model in memory this brick was cut from (or one
+                built the same way): its own layers, weights included, are
+                called instead of fresh ones wherever one has the call's
+                class and config. That skips creating and initialising the
+                weights, half of what a build costs (timing a model and
+                its bricks in one process, see `dlbricks_tf.job`). Not with
+                `anonymous`.
 
         Returns:
             A model taking one tensor (or a list, for several inputs) and
@@ -86,13 +124,17 @@ class Brick:
             )
             tensors[t] = x
             inputs.append(x)
+        if anonymous and source is not None:
+            raise ValueError("A brick built from `source` keeps its names.")
         layers: dict[str, object] = {}
         for c in self.calls:
             op = layers.get(c.name)
+            if op is None and source is not None:
+                op = _live_layer(source, c)
             if op is None:
                 name = f"layer_{len(layers)}" if anonymous else None
                 op = self.factory.create(c, name=name or layer_name(c.name))
-                layers[c.name] = op
+            layers[c.name] = op
             outs = replay.call(op, c.node, [tensors[t] for t in c.inputs])
             for slot, t in zip(c.output_slots, c.outputs, strict=True):
                 tensors[t] = outs[slot]

@@ -92,6 +92,7 @@ class ChainTimer:
         seed: int = 0,
         check_settings: bool = True,
         id_bounds: Mapping[str, Sequence[int | None]] | None = None,
+        feed: bool = True,
     ) -> None:
         if not bricks:
             raise MeasurementError("A chain needs at least one brick.")
@@ -111,13 +112,27 @@ class ChainTimer:
         self.keys = tuple(keys)
         self._target_ms = target_sample_ms
         self._layout = _layout(len(bricks), empty_links)
-        specs, arrays = [], []
-        for i, (key, model) in enumerate(bricks):
+        models = [model for _, model in bricks]
+        specs = []
+        for key, model in bricks:
             try:
-                model_specs = synthetic.input_specs(model, settings.batch_size)
+                specs.append(synthetic.input_specs(model, settings.batch_size))
+            except ValueError as e:
+                raise MeasurementError(f"Brick {key}: {e}") from e
+        plan = (
+            feed_plan(models, specs)
+            if feed
+            else [[None] * len(s) for s in specs]
+        )
+        self.fed_inputs = sum(x is not None for p in plan for x in p)
+        self._inputs = []
+        for i, (key, model) in enumerate(bricks):
+            if all(x is not None for x in plan[i]):
+                continue  # Every input is an output of the brick before.
+            try:
                 if id_bounds and key in id_bounds:
                     values = synthetic.arrays_for_specs(
-                        [(shape[1:], dtype) for shape, dtype in model_specs],
+                        [(shape[1:], dtype) for shape, dtype in specs[i]],
                         list(id_bounds[key]),
                         settings.batch_size,
                         seed + i,
@@ -128,14 +143,14 @@ class ChainTimer:
                     )
             except ValueError as e:
                 raise MeasurementError(f"Brick {key}: {e}") from e
-            specs.append(model_specs)
-            arrays.append(values)
-        # An outer dimension of 1: see `_chain_function`.
-        self._inputs = [
-            tf.constant(a[np.newaxis]) for values in arrays for a in values
-        ]
+            # An outer dimension of 1: see `_chain_function`.
+            self._inputs += [
+                tf.constant(a[np.newaxis])
+                for a, fed in zip(values, plan[i], strict=True)
+                if fed is None
+            ]
         self._inputs.append(tf.zeros([1], tf.float32))  # The empty links'.
-        self._run = _chain_function([m for _, m in bricks], specs, self._layout)
+        self._run = _chain_function(models, specs, self._layout, plan)
         self._concrete = None
         self._n = 0
         self._samples: list[list[float]] = [[] for _ in bricks]
@@ -252,53 +267,109 @@ def _layout(bricks: int, empty: int) -> list[int | None]:
     return layout
 
 
+def feed_plan(
+    models: Sequence[keras.Model],
+    specs: Sequence[Sequence[tuple[tuple[int, ...], str]]],
+) -> list[list[int | None]]:
+    """Which inputs of each brick are outputs of the brick before it.
+
+    In a model, a layer reads what the layer before it has just written,
+    hot in cache. In a chain in the models' order, most bricks follow the
+    brick that precedes them in their model: an input whose shape and dtype
+    are those of an output of the brick before is fed that output (each
+    output feeds at most one input). Only floating inputs: integer inputs
+    are ids or indices with bounds.
+
+    Returns:
+        Per brick, per flat input: the index of the previous brick's flat
+        output it is fed, or None (a synthetic input, copied afresh).
+    """
+    plan: list[list[int | None]] = []
+    previous: list[tuple[tuple[int, ...], str]] = []
+    for model, model_specs in zip(models, specs, strict=True):
+        unused = list(enumerate(previous))
+        row: list[int | None] = []
+        for shape, dtype in model_specs:
+            match = None
+            if tf.dtypes.as_dtype(dtype).is_floating:
+                for k, (index, (out_shape, out_dtype)) in enumerate(unused):
+                    if (
+                        out_dtype == dtype
+                        and out_shape[1:] == tuple(shape[1:])
+                        and out_shape[0] in (None, shape[0])
+                    ):
+                        match = index
+                        del unused[k]
+                        break
+            row.append(match)
+        plan.append(row)
+        previous = [
+            (tuple(y.shape), y.dtype) for y in keras.tree.flatten(model.outputs)
+        ]
+    return plan
+
+
 def _chain_function(
     models: Sequence[keras.Model],
     specs: Sequence[Sequence[tuple[tuple[int, ...], str]]],
     layout: Sequence[int | None],
+    plan: Sequence[Sequence[int | None]],
 ):
     """Returns f(inputs) -> the duration of every link in one pass.
 
-    `inputs` is the flat list of every brick's inputs, in chain order, then
-    one float32 for the empty links, each with an outer dimension of 1
-    (the slice that orders a link after its stamp). The result is float64
+    `inputs` is the flat list of the bricks' synthetic inputs (those not
+    fed by the brick before, see `feed_plan`), in chain order, then one
+    float32 for the empty links, each with an outer dimension of 1 (the
+    slice that orders a link after its stamp). The result is float64
     seconds, one entry per link of `layout`.
 
     One pass, no `tf.while_loop`: a loop body captures every weight of
     every brick as a loop variable, which doubled both the trace and the
     first call (graph optimisation and instantiation) of a chain. Passes
     are repeated by the caller; what runs between two calls is outside
-    every link.
+    every link. The scaffolding of a link is kept to a few ops (two
+    stamps, a slice per input and per output): it is traced, optimised
+    and instantiated with the bricks.
     """
     signature = [
         tf.TensorSpec((1, *shape), dtype)
-        for model_specs in specs
-        for shape, dtype in model_specs
+        for model_specs, row in zip(specs, plan, strict=True)
+        for (shape, dtype), fed in zip(model_specs, row, strict=True)
+        if fed is None
     ] + [tf.TensorSpec([1], tf.float32)]
-    offsets = np.cumsum([0] + [len(s) for s in specs]).tolist()
+    offsets = np.cumsum(
+        [0] + [sum(fed is None for fed in row) for row in plan]
+    ).tolist()
 
     @tf.function(input_signature=[signature], autograph=False)
     def run(inputs):
         scalar = inputs[-1]
         # Slices share their index constants (see `_FirstElement`).
         first = _FirstElement()
-        acc = tf.constant(0.0)
         stamp = tf.timestamp()
-        stamps = []
+        stamps, ends = [], []
+        previous: list[tf.Tensor] = []  # The last brick's flat outputs.
         for owner in layout:
             # Untimed, between the previous link's end and this one's
-            # start: write the link's inputs afresh, as the layer before it
-            # would in a model (hot in cache, weights not). They depend on
-            # the previous stamp by data.
-            zero = tf.cast(tf.math.is_nan(stamp), tf.float32)
-            if owner is None:
-                flat = [scalar + zero]
-            else:
-                model = models[owner]
-                flat = [
-                    _plus(x, zero)
-                    for x in inputs[offsets[owner] : offsets[owner + 1]]
-                ]
+            # start: the link's inputs are written afresh, as the layer
+            # before it would in a model (hot in cache, weights not): the
+            # previous brick's outputs where they fit, else copies of the
+            # synthetic inputs that depend on the previous stamp by data.
+            zero = None
+            flat = []
+            synthetic_inputs = iter(
+                inputs[offsets[owner] : offsets[owner + 1]]
+                if owner is not None
+                else [scalar]
+            )
+            for fed in plan[owner] if owner is not None else [None]:
+                if fed is not None:
+                    with tf.control_dependencies([stamp]):
+                        flat.append(tf.expand_dims(previous[fed], 0))
+                    continue
+                if zero is None:
+                    zero = tf.cast(tf.math.is_nan(stamp), tf.float32)
+                flat.append(_plus(next(synthetic_inputs), zero))
             with tf.control_dependencies(flat):
                 start = tf.timestamp()
             # The link starts after its stamp. Only a slice of each input
@@ -311,25 +382,28 @@ def _chain_function(
             if owner is None:
                 outputs = [flat[0] + 1.0]
             else:
+                model = models[owner]
                 outputs = tf.nest.flatten(
                     model(pack_inputs(model, flat), training=False)
                 )
+                previous = outputs
             # Grappler turns a stateless op whose outputs feed only control
             # edges into a NoOp, so a brick's outputs are consumed by data:
-            # one element of each is added to the accumulator before the
-            # stamp that ends its link is read.
-            for y in outputs:
-                element = first.of_all(y)
-                if element.dtype != tf.float32:
-                    element = tf.cast(element, tf.float32)
-                acc = acc + element
-            with tf.control_dependencies([acc]):
+            # one element of each, read before the stamp that ends the
+            # link, is summed into the function's second result.
+            link_ends = [first.of_all(y) for y in outputs]
+            ends += link_ends
+            with tf.control_dependencies(link_ends):
                 stamp = tf.timestamp()
             stamps += [start, stamp]
         stamps = tf.stack(stamps)
-        # The accumulator is returned, so that the bricks' outputs feed data
-        # out of the function (see above).
-        return stamps[1::2] - stamps[0::2], acc
+        total = tf.add_n(
+            [
+                e if e.dtype == tf.float32 else tf.cast(e, tf.float32)
+                for e in ends
+            ]
+        )
+        return stamps[1::2] - stamps[0::2], total
 
     return run
 

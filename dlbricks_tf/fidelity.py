@@ -12,16 +12,8 @@ from typing import Any
 
 import keras
 
-from dlbricks_tf.brick import Brick, layer_name
+from dlbricks_tf.brick import Brick, layer_name, source_layer
 from dlbricks_tf.decompose import Decomposition
-
-
-def source_layer(model: keras.Model, qualified: str) -> keras.Layer:
-    """The layer `outer/inner` of `model`, through nested models."""
-    layer = model
-    for part in qualified.split("/"):
-        layer = layer.get_layer(part)
-    return layer
 
 
 def copy_weights(model: keras.Model, brick: Brick, built: keras.Model) -> None:

@@ -517,7 +517,8 @@ def run_granularity(
         clock["setup"] += sum(t.prepare_seconds for t in brick_timers.values())
         return tried
 
-    def time_chained(name, d, rounds: ModelRounds) -> int:
+    def time_chained(name, d, rounds: ModelRounds, model) -> int:
+        # The bricks call the model's own layers: no weights to create.
         fresh: dict[str, campaign.ChainedBrick] = {}
         for brick in d.bricks:
             if brick.signature not in results and brick.signature not in failed:
@@ -525,7 +526,9 @@ def run_granularity(
                     brick.signature,
                     campaign.ChainedBrick(
                         brick.signature,
-                        functools.partial(brick.build, settings.batch_size),
+                        functools.partial(
+                            brick.build, settings.batch_size, source=model
+                        ),
                     ),
                 )
         order = campaign.ordered(
@@ -563,7 +566,7 @@ def run_granularity(
         rounds = ModelRounds(source.name, model_timer)
         before = len(failed)
         if settings.protocol == "chain":
-            tried = time_chained(source.name, d, rounds)
+            tried = time_chained(source.name, d, rounds, model)
         else:
             tried = time_looped(source.name, d, rounds)
         new_bricks = tried - (len(failed) - before)

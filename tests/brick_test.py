@@ -38,6 +38,37 @@ def test_weights_are_fresh_and_not_shared():
     assert not any(id(v) in source_ids for v in built.weights)
 
 
+def test_a_brick_built_on_its_source_calls_the_source_layers():
+    model, _ = models.chain()
+    d = dlbricks_tf.decompose(model, granularity=2)
+    brick = d.bricks[0]
+    built = brick.build(1, source=model)
+    conv = model.get_layer(brick.layers[0])
+    assert any(op is conv for op in built.operations)
+    assert {id(v) for v in built.weights} <= {id(v) for v in model.weights}
+    x = np.random.default_rng(0).random((1, 16, 16, 3), "float32")
+    expected = built(x)
+    copy = brick.build(1)
+    from dlbricks_tf import fidelity
+
+    fidelity.copy_weights(model, brick, copy)
+    np.testing.assert_allclose(copy(x), expected, rtol=1e-5, atol=1e-6)
+    with pytest.raises(ValueError, match="keeps its names"):
+        brick.build(1, anonymous=True, source=model)
+
+
+def test_a_source_layer_of_another_config_is_not_used():
+    # A model built twice in one process can number its auto-named layers
+    # differently: a layer is reused only if its class and config match.
+    x = keras.Input((8,))
+    model = keras.Model(x, layers.Dense(4, name="d")(x))
+    d = dlbricks_tf.decompose(model)
+    other = keras.Model(x, layers.Dense(5, name="d")(x))
+    built = d.bricks[0].build(1, source=other)
+    assert not any(op is other.get_layer("d") for op in built.operations)
+    assert built.outputs[0].shape == (1, 4)
+
+
 def test_shared_layer_stays_shared_inside_a_brick():
     inp = keras.Input((4,))
     dense = layers.Dense(4, name="twice")

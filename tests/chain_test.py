@@ -165,6 +165,30 @@ def test_chain_inputs_are_placeholders_so_weightless_bricks_run():
     assert raw[len(raw) // 2] > timer.link_ms
 
 
+def test_a_brick_is_fed_the_output_of_the_brick_before_where_it_fits():
+    # Dense(8) -> ReLU -> Dense(4) -> an int input: the ReLU reads the
+    # Dense output, the second Dense the ReLU's; an integer input never.
+    x = keras.Input((8,))
+    dense = keras.Model(x, keras.layers.Dense(8)(x))
+    relu = keras.Model(x, keras.layers.ReLU()(x))
+    small = keras.Model(x, keras.layers.Dense(4)(x))
+    ids = keras.Input((4,), dtype="int32")
+    embed = keras.Model(ids, keras.layers.Embedding(10, 3)(ids))
+    bricks = [("d", dense), ("r", relu), ("s", small), ("e", embed)]
+    specs = [[((1, 8), "float32")]] * 3 + [[((1, 4), "int32")]]
+    plan = chain.feed_plan([m for _, m in bricks], specs)
+    assert plan == [[None], [0], [0], [None]]
+    timer = chain.ChainTimer(bricks, SETTINGS, check_settings=False)
+    assert timer.fed_inputs == 2
+    # Synthetic inputs only for what is not fed, plus the empty links'.
+    assert len(timer._inputs) == 3
+    for _ in range(4):
+        timer.sample()
+    assert all(timer.result(i, noisy=False).median_ms >= 0 for i in range(4))
+    unfed = chain.ChainTimer(bricks, SETTINGS, check_settings=False, feed=False)
+    assert unfed.fed_inputs == 0 and len(unfed._inputs) == 5
+
+
 def test_time_suite_in_chains_stores_skips_and_keeps_protocols_apart(
     tmp_path,
 ):
