@@ -52,6 +52,18 @@ def test_counts_weigh_and_known_bricks_widen_the_budget():
     assert precision.chain_verdict(samples, weights, {"old": 99.0}, 0.02)[0]
 
 
+def test_a_model_mostly_untimed_is_extrapolated_from_its_timed_calls():
+    # a is one of the model's 50 brick calls: its estimate is taken as 50
+    # times a's, so a needs to be known to 2% * sqrt(50), not 2%.
+    samples = {"a": _spread(1.0, 0.05)}
+    others = {f"b{i}": 1 for i in range(49)}
+    weights = {"m": {"a": 1, **others}}
+    assert precision.chain_verdict(samples, weights, {}, 0.02)[0]
+    # Once every call is timed, nothing is extrapolated.
+    known = {k: 0.0 for k in others}
+    assert not precision.chain_verdict(samples, weights, known, 0.02)[0]
+
+
 def test_bricks_of_no_model_are_held_to_the_chain_sum():
     samples = {"a": _spread(1.0, 0.001), "b": _spread(1.0, 0.5)}
     settled, holding = precision.chain_verdict(samples, {}, {}, 0.02)
