@@ -76,6 +76,12 @@ class ChainTimer:
         id_bounds: {key: exclusive id bound per flat input} for bricks
             whose graph hides their Embeddings (a SavedModel in a
             `keras.layers.TFSMLayer`); others use their graph's bounds.
+        feed: Feed a brick the outputs of the brick before it where they
+            fit (see `feed_plan`); False: always fresh synthetic inputs.
+        repeats: Links per pass of each brick (default 1), spread along
+            the chain; each gives a sample. A brick that a model calls many
+            times weighs that many times in its estimate: more samples of
+            it per pass make the estimate precise in fewer passes.
 
     Raises:
         MeasurementError: If a brick has open input shapes, the keys repeat
@@ -93,6 +99,7 @@ class ChainTimer:
         check_settings: bool = True,
         id_bounds: Mapping[str, Sequence[int | None]] | None = None,
         feed: bool = True,
+        repeats: Sequence[int] | None = None,
     ) -> None:
         if not bricks:
             raise MeasurementError("A chain needs at least one brick.")
@@ -111,7 +118,12 @@ class ChainTimer:
         self.settings = settings
         self.keys = tuple(keys)
         self._target_ms = target_sample_ms
-        self._layout = _layout(len(bricks), empty_links)
+        repeats = list(repeats or [1] * len(bricks))
+        if len(repeats) != len(bricks) or min(repeats) < 1:
+            raise MeasurementError(
+                f"One repeat count of 1 or more per brick. Received: {repeats}"
+            )
+        self._layout = _layout(_occurrences(repeats), empty_links)
         models = [model for _, model in bricks]
         specs = []
         for key, model in bricks:
@@ -119,16 +131,26 @@ class ChainTimer:
                 specs.append(synthetic.input_specs(model, settings.batch_size))
             except ValueError as e:
                 raise MeasurementError(f"Brick {key}: {e}") from e
+        order = [i for i in self._layout if i is not None]
         plan = (
-            feed_plan(models, specs)
+            feed_plan([models[i] for i in order], [specs[i] for i in order])
             if feed
-            else [[None] * len(s) for s in specs]
+            else [[None] * len(specs[i]) for i in order]
         )
         self.fed_inputs = sum(x is not None for p in plan for x in p)
+        # The synthetic inputs that some occurrence of a brick is not fed.
+        unfed = {
+            (i, j)
+            for i, row in zip(order, plan, strict=True)
+            for j, fed in enumerate(row)
+            if fed is None
+        }
         self._inputs = []
+        slots: dict[tuple[int, int], int] = {}
         for i, (key, model) in enumerate(bricks):
-            if all(x is not None for x in plan[i]):
-                continue  # Every input is an output of the brick before.
+            wanted = [j for j in range(len(specs[i])) if (i, j) in unfed]
+            if not wanted:
+                continue  # Always fed by the brick before.
             try:
                 if id_bounds and key in id_bounds:
                     values = synthetic.arrays_for_specs(
@@ -143,14 +165,15 @@ class ChainTimer:
                     )
             except ValueError as e:
                 raise MeasurementError(f"Brick {key}: {e}") from e
-            # An outer dimension of 1: see `_chain_function`.
-            self._inputs += [
-                tf.constant(a[np.newaxis])
-                for a, fed in zip(values, plan[i], strict=True)
-                if fed is None
-            ]
+            for j in wanted:
+                slots[i, j] = len(self._inputs)
+                # An outer dimension of 1: see `_chain_function`.
+                self._inputs.append(tf.constant(values[j][np.newaxis]))
+        signature = [tf.TensorSpec(x.shape, x.dtype) for x in self._inputs]
         self._inputs.append(tf.zeros([1], tf.float32))  # The empty links'.
-        self._run = _chain_function(models, specs, self._layout, plan)
+        self._run = _chain_function(
+            models, self._layout, plan, slots, signature
+        )
         self._concrete = None
         self._n = 0
         self._samples: list[list[float]] = [[] for _ in bricks]
@@ -217,16 +240,17 @@ class ChainTimer:
         start = time.perf_counter()
         per_call = self._call(self._n)
         self._sampling_s += time.perf_counter() - start
-        brick = 0
         for owner, value in zip(self._layout, per_call.tolist(), strict=True):
             if owner is None:
                 self._empty.append(value)
             else:
-                self._samples[brick].append(value)
-                brick += 1
+                self._samples[owner].append(value)
 
     def samples(self, index: int) -> list[float]:
-        """Per-call samples of brick `index` (link cost subtracted), ms."""
+        """Per-call samples of brick `index` (link cost subtracted), ms.
+
+        One per pass and repeat of the brick.
+        """
         link = self.link_ms
         return [max(v - link, 0.0) for v in self._samples[index]]
 
@@ -249,8 +273,24 @@ class ChainTimer:
         )
 
 
-def _layout(bricks: int, empty: int) -> list[int | None]:
-    """Chain order: brick indices with `empty` Nones spread among them.
+def _occurrences(repeats: Sequence[int]) -> list[int]:
+    """Brick indices in chain order, brick i `repeats[i]` times, spread.
+
+    Occurrence j of brick i sits near position i + j * n / repeats[i] of
+    the n bricks (modulo n), so that its occurrences follow different
+    bricks, as a repeated block does in a model.
+    """
+    n = len(repeats)
+    keyed = [
+        ((i + j * n / r) % n, j, i)
+        for i, r in enumerate(repeats)
+        for j in range(r)
+    ]
+    return [i for _, _, i in sorted(keyed)]
+
+
+def _layout(order: Sequence[int], empty: int) -> list[int | None]:
+    """Chain order: `order` with `empty` Nones spread among its entries.
 
     The empty links are evenly spaced, the first before any brick, so that
     they sample the link cost all along the chain.
@@ -258,8 +298,8 @@ def _layout(bricks: int, empty: int) -> list[int | None]:
     empty = max(empty, 1)
     layout: list[int | None] = []
     placed = 0
-    for i in range(bricks):
-        while placed < empty and placed * bricks <= i * empty:
+    for position, i in enumerate(order):
+        while placed < empty and placed * len(order) <= position * empty:
             layout.append(None)
             placed += 1
         layout.append(i)
@@ -311,17 +351,19 @@ def feed_plan(
 
 def _chain_function(
     models: Sequence[keras.Model],
-    specs: Sequence[Sequence[tuple[tuple[int, ...], str]]],
     layout: Sequence[int | None],
     plan: Sequence[Sequence[int | None]],
+    slots: Mapping[tuple[int, int], int],
+    signature: Sequence[tf.TensorSpec],
 ):
     """Returns f(inputs) -> the duration of every link in one pass.
 
-    `inputs` is the flat list of the bricks' synthetic inputs (those not
-    fed by the brick before, see `feed_plan`), in chain order, then one
-    float32 for the empty links, each with an outer dimension of 1 (the
-    slice that orders a link after its stamp). The result is float64
-    seconds, one entry per link of `layout`.
+    `layout` gives each link's brick (None: an empty link); `plan` the
+    feeding of each brick link (see `feed_plan`). `inputs` is the flat
+    list of the synthetic inputs (input j of brick i at `slots[i, j]`,
+    with `signature`), then one float32 for the empty links, each with an
+    outer dimension of 1 (the slice that orders a link after its stamp).
+    The result is float64 seconds, one entry per link of `layout`.
 
     One pass, no `tf.while_loop`: a loop body captures every weight of
     every brick as a loop variable, which doubled both the trace and the
@@ -331,15 +373,7 @@ def _chain_function(
     stamps, a slice per input and per output): it is traced, optimised
     and instantiated with the bricks.
     """
-    signature = [
-        tf.TensorSpec((1, *shape), dtype)
-        for model_specs, row in zip(specs, plan, strict=True)
-        for (shape, dtype), fed in zip(model_specs, row, strict=True)
-        if fed is None
-    ] + [tf.TensorSpec([1], tf.float32)]
-    offsets = np.cumsum(
-        [0] + [sum(fed is None for fed in row) for row in plan]
-    ).tolist()
+    signature = [*signature, tf.TensorSpec([1], tf.float32)]
 
     @tf.function(input_signature=[signature], autograph=False)
     def run(inputs):
@@ -349,6 +383,7 @@ def _chain_function(
         stamp = tf.timestamp()
         stamps, ends = [], []
         previous: list[tf.Tensor] = []  # The last brick's flat outputs.
+        rows = iter(plan)
         for owner in layout:
             # Untimed, between the previous link's end and this one's
             # start: the link's inputs are written afresh, as the layer
@@ -357,19 +392,16 @@ def _chain_function(
             # synthetic inputs that depend on the previous stamp by data.
             zero = None
             flat = []
-            synthetic_inputs = iter(
-                inputs[offsets[owner] : offsets[owner + 1]]
-                if owner is not None
-                else [scalar]
-            )
-            for fed in plan[owner] if owner is not None else [None]:
+            row = next(rows) if owner is not None else [None]
+            for j, fed in enumerate(row):
                 if fed is not None:
                     with tf.control_dependencies([stamp]):
                         flat.append(tf.expand_dims(previous[fed], 0))
                     continue
                 if zero is None:
                     zero = tf.cast(tf.math.is_nan(stamp), tf.float32)
-                flat.append(_plus(next(synthetic_inputs), zero))
+                x = scalar if owner is None else inputs[slots[owner, j]]
+                flat.append(_plus(x, zero))
             with tf.control_dependencies(flat):
                 start = tf.timestamp()
             # The link starts after its stamp. Only a slice of each input

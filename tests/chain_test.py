@@ -39,10 +39,33 @@ def _bricks(model, granularity=1):
 
 
 def test_layout_spreads_empty_links_and_keeps_every_brick_once():
-    layout = chain._layout(10, 4)
+    layout = chain._layout(chain._occurrences([1] * 10), 4)
     assert [i for i in layout if i is not None] == list(range(10))
     assert layout.count(None) == 4
     assert layout[0] is None
+
+
+def test_a_repeated_brick_is_spread_and_sampled_once_per_link():
+    order = chain._occurrences([1, 3, 1, 1, 1, 1])
+    assert sorted(order) == [0, 1, 1, 1, 2, 3, 4, 5]
+    at = [p for p, i in enumerate(order) if i == 1]
+    # Never back to back.
+    assert all(b - a > 1 for a, b in zip(at, at[1:], strict=False))
+    _, suite = _bricks(models.chain()[0])
+    bricks = [(e.signature, e.brick.build(1)) for e in suite.entries]
+    timer = chain.ChainTimer(
+        bricks,
+        SETTINGS,
+        check_settings=False,
+        repeats=[3] + [1] * (len(bricks) - 1),
+    )
+    for _ in range(4):
+        timer.sample()
+    assert timer.sample_count == 4
+    assert len(timer.samples(0)) == 12
+    assert all(len(timer.samples(i)) == 4 for i in range(1, len(bricks)))
+    with pytest.raises(chain.MeasurementError, match="repeat"):
+        chain.ChainTimer(bricks, SETTINGS, check_settings=False, repeats=[0])
 
 
 def test_a_chain_gives_one_positive_figure_per_brick():
@@ -111,6 +134,29 @@ def test_campaign_commits_chain_by_chain_and_estimates_a_tiny_model():
     results = dict(committed)
     est = estimate_lib.estimate(d, results, "sequential")
     assert 0 < est.ms < float("inf")
+
+
+def test_a_brick_a_model_calls_often_gets_more_links_per_pass():
+    _, suite = _bricks(models.chain()[0])
+    bricks = [
+        campaign.ChainedBrick(e.signature, functools.partial(e.brick.build, 1))
+        for e in suite.entries
+    ]
+    often = bricks[0].key
+    calls = campaign.CALLS_PER_REPEAT * 2  # Two links a pass.
+    weights = {"m": {b.key: 1 for b in bricks} | {often: calls}}
+    options = timing.TimingOptions(min_samples=4, max_samples=4)
+    committed = {}
+    campaign.time_chains(
+        bricks,
+        SETTINGS,
+        options,
+        weights=weights,
+        on_result=committed.__setitem__,
+        check_settings=CHECKED,
+    )
+    assert committed[often].samples == 8
+    assert all(committed[b.key].samples == 4 for b in bricks[1:])
 
 
 def test_a_stop_request_keeps_the_chains_already_committed():
