@@ -40,7 +40,7 @@ from pathlib import Path
 from absl import app, flags, logging
 
 from dlbricks_tf import corpus
-from dlbricks_tf import split as split_lib
+from dlbricks_tf.cutting import split as split_lib
 
 # One model per family (corpus.FAMILIES); --all for the 40.
 _DEFAULT_MODELS = list(corpus.FAMILIES)

@@ -184,7 +184,7 @@ def _prepare(g, sources, settings, stored, stored_models, folder, clock):
     import keras
 
     from dlbricks_tf import errors
-    from dlbricks_tf.decompose import decompose
+    from dlbricks_tf.cutting.decompose import decompose
 
     decompositions, model_files, brick_files, failed = {}, {}, {}, {}
     for i, source in enumerate(sources):
@@ -286,7 +286,7 @@ def _interleave(model_timer, brick_timers, clock, on_brick, on_model):
 def _run_granularity(g, sources, settings, fp, options, brick_options, store):
     """Measures every model at one G on ORT; returns (runs, corpus, errors)."""
     from dlbricks_tf import job, ort_timing
-    from dlbricks_tf import suite as suite_lib
+    from dlbricks_tf.cutting import suite as suite_lib
 
     clock = _Clock()
     fresh = _FRESH.value

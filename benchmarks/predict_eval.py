@@ -85,11 +85,12 @@ def main(argv):
     if not _DB.value:
         raise app.UsageError("--db is required.")
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
-    from dlbricks_tf import beyond, corpus, split
+    from dlbricks_tf import beyond, corpus
     from dlbricks_tf import estimate as estimate_lib
     from dlbricks_tf import predict as predict_lib
     from dlbricks_tf.corpus import family
-    from dlbricks_tf.decompose import from_runs, model_graph
+    from dlbricks_tf.cutting import split
+    from dlbricks_tf.cutting.decompose import from_runs, model_graph
     from dlbricks_tf.store import Store
 
     g = _G.value

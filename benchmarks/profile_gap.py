@@ -91,9 +91,9 @@ def main(argv: list[str]) -> None:
     )
     settings_lib.configure_threads(settings.intra_op_threads, 1)
     from dlbricks_tf import corpus, timing
-    from dlbricks_tf import suite as suite_lib
     from dlbricks_tf.chain import ChainTimer
-    from dlbricks_tf.decompose import decompose
+    from dlbricks_tf.cutting import suite as suite_lib
+    from dlbricks_tf.cutting.decompose import decompose
 
     name, n = _MODEL.value, _ITERATIONS.value
     model = corpus.application(name)

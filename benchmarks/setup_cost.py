@@ -62,8 +62,9 @@ def main(argv: list[str]) -> None:
     settings_lib.configure_threads(_INTRA.value, 1)
     import keras
 
-    from dlbricks_tf import brick, campaign, chain, corpus, memory, synthetic
-    from dlbricks_tf.decompose import decompose
+    from dlbricks_tf import campaign, chain, corpus, memory
+    from dlbricks_tf.cutting import brick, synthetic
+    from dlbricks_tf.cutting.decompose import decompose
     from dlbricks_tf.timing import TimingOptions
 
     bricks = {}

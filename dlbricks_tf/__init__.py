@@ -23,13 +23,13 @@ import types
 
 # Public name -> the module that defines it.
 _PUBLIC = {
-    "Brick": "dlbricks_tf.brick",
-    "Decomposition": "dlbricks_tf.decompose",
+    "Brick": "dlbricks_tf.cutting.brick",
+    "Decomposition": "dlbricks_tf.cutting.decompose",
     "DecompositionError": "dlbricks_tf.errors",
     "Error": "dlbricks_tf.errors",
     "LoadError": "dlbricks_tf.errors",
-    "TensorSpec": "dlbricks_tf.graph",
-    "decompose": "dlbricks_tf.decompose",
+    "TensorSpec": "dlbricks_tf.cutting.graph",
+    "decompose": "dlbricks_tf.cutting.decompose",
 }
 
 __all__ = sorted(_PUBLIC)

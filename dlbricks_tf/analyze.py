@@ -42,7 +42,7 @@ from typing import Any
 import keras
 
 from dlbricks_tf import analysis, analysis_files, errors
-from dlbricks_tf.decompose import Decomposition, decompose
+from dlbricks_tf.cutting.decompose import Decomposition, decompose
 from dlbricks_tf.stats import Timing
 
 DEFAULT_TRADEOFF_GRANULARITIES = (1, 2, 3, 4, 5, 6)

@@ -42,10 +42,10 @@ from typing import Any
 
 from dlbricks_tf import errors, timing
 from dlbricks_tf import settings as settings_lib
+from dlbricks_tf.cutting.suite import Suite
 from dlbricks_tf.fingerprint import SystemFingerprint
 from dlbricks_tf.stats import Timing
 from dlbricks_tf.store import Store, StoreError
-from dlbricks_tf.suite import Suite
 
 # Longest failure reason kept (ONNX Runtime's messages can run long).
 _MAX_REASON = 500

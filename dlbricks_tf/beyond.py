@@ -28,11 +28,12 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from dlbricks_tf import corpus, split
+from dlbricks_tf import corpus
 from dlbricks_tf import cover as cover_lib
 from dlbricks_tf import estimate as estimate_lib
 from dlbricks_tf import predict as predict_lib
-from dlbricks_tf.decompose import Cutter, from_runs, model_graph
+from dlbricks_tf.cutting import split
+from dlbricks_tf.cutting.decompose import Cutter, from_runs, model_graph
 
 
 def graph_of(source: Any, safe_mode: bool = True) -> tuple[Any, Any]:

@@ -44,7 +44,8 @@ import numpy as np
 import tensorflow as tf
 
 from dlbricks_tf import settings as settings_lib
-from dlbricks_tf import stats, synthetic
+from dlbricks_tf import stats
+from dlbricks_tf.cutting import synthetic
 from dlbricks_tf.timing import MeasurementError
 from dlbricks_tf.timing_loop import pack_inputs
 

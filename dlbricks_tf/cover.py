@@ -55,9 +55,14 @@ from collections.abc import Mapping, Sequence
 from typing import Any, Protocol
 
 from dlbricks_tf import estimate as estimate_lib
-from dlbricks_tf import split
-from dlbricks_tf.decompose import Cutter, Decomposition, from_runs, model_graph
-from dlbricks_tf.graph import Graph
+from dlbricks_tf.cutting import split
+from dlbricks_tf.cutting.decompose import (
+    Cutter,
+    Decomposition,
+    from_runs,
+    model_graph,
+)
+from dlbricks_tf.cutting.graph import Graph
 from dlbricks_tf.precision import timing_half_width
 from dlbricks_tf.stats import Timing
 

@@ -49,7 +49,8 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
-from dlbricks_tf import errors, onnx_convert, synthetic
+from dlbricks_tf import errors, onnx_convert
+from dlbricks_tf.cutting import synthetic
 from dlbricks_tf.suite_dir import (
     BRICKS,
     FILES,
@@ -129,8 +130,9 @@ def export_suite(
     """Writes every brick of a suite, and the manifest, to a folder.
 
     Args:
-        suite: A `dlbricks_tf.suite.Suite` (entries with `signature` and a
-            buildable `brick`). Its model names and counts are not written.
+        suite: A `dlbricks_tf.cutting.suite.Suite` (entries with
+            `signature` and a buildable `brick`). Its model names and counts
+            are not written.
         folder: The suite folder; created if missing. Bricks already
             complete in it are kept.
         granularity: G the suite was cut at, recorded in the manifest.

@@ -24,7 +24,7 @@ import math
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from dlbricks_tf.graph import TensorSpec
+from dlbricks_tf.cutting.graph import TensorSpec
 
 # Layer classes by kind; a class not listed is "other".
 KINDS = {

@@ -43,7 +43,7 @@ from pathlib import Path
 from typing import Any
 
 from dlbricks_tf import corpus, errors, json_files
-from dlbricks_tf.split import split_name
+from dlbricks_tf.cutting.split import split_name
 from dlbricks_tf.stats import Timing, geomean
 
 # The default corpus of `run`: three families (inverted residuals, residual
@@ -146,7 +146,7 @@ class ModelSource:
             return corpus.application(self.name)
         import keras
 
-        from dlbricks_tf import loading
+        from dlbricks_tf.cutting import loading
 
         # The file's sizes, nesting and layer count are checked first (see
         # dlbricks_tf.limits): Keras reads whatever the file holds.
@@ -189,7 +189,7 @@ class ModelSource:
         dimensions (default: the source's own; see
         `dlbricks_tf.decompose`).
         """
-        from dlbricks_tf.decompose import decompose
+        from dlbricks_tf.cutting.decompose import decompose
 
         target = self.path if self.path is not None else self.build()
         return decompose(
@@ -341,7 +341,7 @@ def run_granularity(
     import keras
 
     from dlbricks_tf import bench, campaign, timing
-    from dlbricks_tf import suite as suite_lib
+    from dlbricks_tf.cutting import suite as suite_lib
     from dlbricks_tf.settings import ThreadPoolError
     from dlbricks_tf.store import StoreError
 
@@ -360,7 +360,7 @@ def run_granularity(
             for key in (keys,) if isinstance(keys, str) else keys:
                 clock[key] += time.perf_counter() - start
 
-    from dlbricks_tf.decompose import decompose
+    from dlbricks_tf.cutting.decompose import decompose
 
     decompositions = {}
     for source in sources:
@@ -727,7 +727,7 @@ def corpus_row(
         runs: The models' rows (`model_row`), at least one.
         measured: {model: end-to-end timing} of those models.
         results: {signature: timing} of the bricks timed.
-        suite: Their unique bricks (`dlbricks_tf.suite.Suite`).
+        suite: Their unique bricks (`dlbricks_tf.cutting.suite.Suite`).
         failed_bricks: How many bricks failed.
         **wall_clock: What the run cost, e.g. campaign_wall_s=12.5; kept
             in the row in the order given.

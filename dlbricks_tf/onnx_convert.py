@@ -41,7 +41,8 @@ import keras
 import numpy as np
 import tensorflow as tf
 
-from dlbricks_tf import errors, synthetic
+from dlbricks_tf import errors
+from dlbricks_tf.cutting import synthetic
 
 MAX_OPSET = 18
 # Largest accepted |ONNX - Keras| over an output, as a fraction of

@@ -66,8 +66,8 @@ from dlbricks_tf import settings as settings_lib
 
 # The TF harness's error and options (`dlbricks_tf.timing` re-exports them
 # too), so callers handle both backends alike. Nothing here imports
-# TensorFlow; the synthetic inputs (`dlbricks_tf.synthetic`) come with Keras
-# and are imported when a timer is made.
+# TensorFlow; the synthetic inputs (`dlbricks_tf.cutting.synthetic`) come
+# with Keras and are imported when a timer is made.
 MeasurementError = sampling.MeasurementError
 TimingOptions = sampling.TimingOptions
 
@@ -423,7 +423,7 @@ class OrtTimer(sampling.AdaptiveSampling):
                 "jit_compile (XLA) applies to backend 'tf' only; use "
                 "settings with jit_compile=False for ONNX Runtime."
             )
-        from dlbricks_tf import synthetic  # Imports Keras.
+        from dlbricks_tf.cutting import synthetic  # Imports Keras.
 
         ort = _onnxruntime()
         weight_copies = max(1, self.options.weight_copies)
@@ -655,7 +655,8 @@ def convert_for_ort(
     Raises:
         dlbricks_tf.onnx_convert.ConversionError: If tf2onnx fails.
     """
-    from dlbricks_tf import onnx_convert, synthetic
+    from dlbricks_tf import onnx_convert
+    from dlbricks_tf.cutting import synthetic
 
     folder = Path(workdir)
     folder.mkdir(parents=True, exist_ok=True)

@@ -55,7 +55,7 @@ from typing import Any
 
 from dlbricks_tf import cover as cover_lib
 from dlbricks_tf import errors, features
-from dlbricks_tf.decompose import Cutter
+from dlbricks_tf.cutting.decompose import Cutter
 from dlbricks_tf.stats import Timing
 
 METHODS = ("trees", "hybrid", "roofline")

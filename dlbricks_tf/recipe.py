@@ -32,7 +32,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from dlbricks_tf import errors, json_files, limits
-from dlbricks_tf.split import SPLITS, split_name
+from dlbricks_tf.cutting.split import SPLITS, split_name
 
 FORMAT = "dlbricks-recipe"
 FORMAT_VERSION = 1

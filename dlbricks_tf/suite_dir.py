@@ -28,8 +28,8 @@ from pathlib import Path, PurePosixPath
 from typing import Any
 
 from dlbricks_tf import errors, json_files, limits
+from dlbricks_tf.cutting.split import SPLITS
 from dlbricks_tf.sharding import shard_of
-from dlbricks_tf.split import SPLITS
 
 FORMAT = "dlbricks-suite"
 FORMAT_VERSION = 1

@@ -24,7 +24,7 @@ time; `time_interleaved` takes any `Sampler` (also
 `dlbricks_tf.ort_timing.OrtTimer`).
 
 Integer inputs get ids below the bounds found in the model's graph
-(`dlbricks_tf.synthetic.id_bounds`), or below explicit `id_bounds` for a
+(`dlbricks_tf.cutting.synthetic.id_bounds`), or below explicit `id_bounds` for a
 model whose graph hides them (a SavedModel in `keras.layers.TFSMLayer`).
 
 Example:
@@ -42,8 +42,9 @@ import keras
 import numpy as np
 import tensorflow as tf
 
-from dlbricks_tf import memory, stats, synthetic, timing_loop
+from dlbricks_tf import memory, stats, timing_loop
 from dlbricks_tf import settings as settings_lib
+from dlbricks_tf.cutting import synthetic
 
 # The sampling protocol, shared with ONNX Runtime timing (no TensorFlow
 # there); re-exported: callers use `timing.TimingOptions` and the rest.

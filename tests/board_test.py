@@ -7,7 +7,7 @@ from tensorboard.plugins.hparams import plugin_data_pb2
 
 import dlbricks_tf
 from dlbricks_tf import board, job
-from dlbricks_tf import suite as suite_lib
+from dlbricks_tf.cutting import suite as suite_lib
 from dlbricks_tf.stats import Timing
 from tests import models
 

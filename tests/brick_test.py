@@ -1,4 +1,4 @@
-"""Tests of dlbricks_tf/brick.py: bricks build into fresh keras.Models."""
+"""Tests of dlbricks_tf/cutting/brick.py: bricks build into fresh Models."""
 
 import keras
 import numpy as np

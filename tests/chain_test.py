@@ -13,7 +13,7 @@ import dlbricks_tf
 from dlbricks_tf import campaign, chain, timing
 from dlbricks_tf import estimate as estimate_lib
 from dlbricks_tf import settings as settings_lib
-from dlbricks_tf import suite as suite_lib
+from dlbricks_tf.cutting import suite as suite_lib
 from tests import models
 
 
@@ -215,7 +215,8 @@ def test_a_killed_chain_loses_only_its_own_samples(tmp_path):
         from dlbricks_tf import settings as settings_lib
         settings_lib.configure_threads(1, 1)
         import dlbricks_tf
-        from dlbricks_tf import bench, suite, timing
+        from dlbricks_tf import bench, timing
+        from dlbricks_tf.cutting import suite
         from dlbricks_tf.fingerprint import system_fingerprint
         from dlbricks_tf.store import Store
         from tests import models

@@ -9,8 +9,8 @@ import pytest
 
 from dlbricks_tf import cover as cover_lib
 from dlbricks_tf import estimate as estimate_lib
-from dlbricks_tf import split
-from dlbricks_tf.decompose import Cutter, decompose, model_graph
+from dlbricks_tf.cutting import split
+from dlbricks_tf.cutting.decompose import Cutter, decompose, model_graph
 from dlbricks_tf.fingerprint import SystemFingerprint
 from dlbricks_tf.settings import RunSettings
 from dlbricks_tf.stats import Timing

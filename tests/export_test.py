@@ -24,16 +24,8 @@ import numpy as np
 import pytest
 
 import dlbricks_tf
-from dlbricks_tf import (
-    export,
-    fingerprint,
-    settings,
-    stats,
-    store,
-    suite,
-    suite_dir,
-    synthetic,
-)
+from dlbricks_tf import export, fingerprint, settings, stats, store, suite_dir
+from dlbricks_tf.cutting import suite, synthetic
 from tests import models
 from tests.cli import dlbricks
 

@@ -34,8 +34,9 @@ import keras
 import pytest
 
 import dlbricks_tf
-from dlbricks_tf import errors, export, graph, loading, recipe, suite
+from dlbricks_tf import errors, export, recipe
 from dlbricks_tf import suite_dir as suite_dir_lib
+from dlbricks_tf.cutting import graph, loading, suite
 from dlbricks_tf.fingerprint import system_fingerprint
 from dlbricks_tf.settings import RunSettings
 from dlbricks_tf.stats import Timing

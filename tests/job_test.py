@@ -235,7 +235,7 @@ def test_recipes_and_decompositions_estimate_alike(files):
 
 
 def test_corpus_row_keeps_the_wall_clock_figures_in_order(files):
-    from dlbricks_tf import suite as suite_lib
+    from dlbricks_tf.cutting import suite as suite_lib
 
     (source,) = job.resolve_models([files["chain"]])
     d = source.decompose(1)

@@ -23,8 +23,9 @@ import tensorflow as tf
 from keras import layers
 
 import dlbricks_tf
-from dlbricks_tf import errors, ort_timing, store, synthetic, timing
+from dlbricks_tf import errors, ort_timing, store, timing
 from dlbricks_tf import settings as settings_lib
+from dlbricks_tf.cutting import synthetic
 from dlbricks_tf.fingerprint import system_fingerprint
 from tests import models
 

@@ -12,10 +12,11 @@ import numpy as np
 import pytest
 from keras import layers
 
-from dlbricks_tf import beyond, features, split
+from dlbricks_tf import beyond, features
 from dlbricks_tf import estimate as estimate_lib
 from dlbricks_tf import predict as predict_lib
-from dlbricks_tf.decompose import Cutter, from_runs, model_graph
+from dlbricks_tf.cutting import split
+from dlbricks_tf.cutting.decompose import Cutter, from_runs, model_graph
 from dlbricks_tf.fingerprint import SystemFingerprint, system_fingerprint
 from dlbricks_tf.settings import RunSettings
 from dlbricks_tf.stats import Timing

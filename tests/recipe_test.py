@@ -13,7 +13,8 @@ import pytest
 
 import dlbricks_tf
 from dlbricks_tf import estimate as estimate_lib
-from dlbricks_tf import fingerprint, recipe, settings, stats, store, suite
+from dlbricks_tf import fingerprint, recipe, settings, stats, store
+from dlbricks_tf.cutting import suite
 from tests import models
 
 

@@ -26,15 +26,9 @@ import tensorflow as tf
 from onnx import external_data_helper
 
 import dlbricks_tf
-from dlbricks_tf import (
-    export,
-    suite,
-    suite_bench,
-    suite_check,
-    suite_dir,
-    timing,
-)
+from dlbricks_tf import export, suite_bench, suite_check, suite_dir, timing
 from dlbricks_tf import settings as settings_lib
+from dlbricks_tf.cutting import suite
 from tests import cli, models
 
 

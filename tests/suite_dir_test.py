@@ -16,7 +16,8 @@ import numpy as np
 import pytest
 
 import dlbricks_tf
-from dlbricks_tf import export, settings, suite, suite_dir, synthetic, timing
+from dlbricks_tf import export, settings, suite_dir, timing
+from dlbricks_tf.cutting import suite, synthetic
 from tests import models
 
 G = 2

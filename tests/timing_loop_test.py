@@ -12,7 +12,8 @@ import tensorflow as tf
 from keras import layers
 
 from dlbricks_tf import settings as settings_lib
-from dlbricks_tf import synthetic, timing_loop
+from dlbricks_tf import timing_loop
+from dlbricks_tf.cutting import synthetic
 from tests import models
 
 

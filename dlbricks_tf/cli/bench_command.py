@@ -67,7 +67,7 @@ flags.register_multi_flags_validator(
 def bench(sources, gs, safe_mode) -> None:
     """Times what the store lacks of --models' bricks (or of --suite)."""
     from dlbricks_tf import bench as bench_lib
-    from dlbricks_tf import suite
+    from dlbricks_tf.cutting import suite
     from dlbricks_tf.fingerprint import system_fingerprint
 
     if shared_flags.SUITE.value:

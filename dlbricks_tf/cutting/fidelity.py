@@ -12,8 +12,8 @@ from typing import Any
 
 import keras
 
-from dlbricks_tf.brick import Brick, layer_name
-from dlbricks_tf.decompose import Decomposition
+from dlbricks_tf.cutting.brick import Brick, layer_name
+from dlbricks_tf.cutting.decompose import Decomposition
 
 
 def source_layer(model: keras.Model, qualified: str) -> keras.Layer:

@@ -6,9 +6,9 @@ import dataclasses
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from dlbricks_tf import graph as graph_lib
-from dlbricks_tf import loading, replay, signature, split
-from dlbricks_tf.brick import Brick
+from dlbricks_tf.cutting import graph as graph_lib
+from dlbricks_tf.cutting import loading, replay, signature, split
+from dlbricks_tf.cutting.brick import Brick
 from dlbricks_tf.errors import DecompositionError
 
 

@@ -13,7 +13,7 @@ import json
 from collections.abc import Collection, Sequence
 from typing import Any
 
-from dlbricks_tf.graph import Call, TensorSpec, map_tensor_refs
+from dlbricks_tf.cutting.graph import Call, TensorSpec, map_tensor_refs
 
 _DROPPED_KEYS = frozenset({"name", "trainable", "seed"})
 _DROPPED_SUFFIXES = ("_initializer", "_regularizer", "_constraint")

@@ -6,8 +6,8 @@ import dataclasses
 
 import keras
 
-from dlbricks_tf import replay
-from dlbricks_tf.graph import Call, TensorSpec
+from dlbricks_tf.cutting import replay
+from dlbricks_tf.cutting.graph import Call, TensorSpec
 
 
 def layer_name(qualified: str) -> str:

@@ -14,8 +14,8 @@ from typing import Any
 import keras
 from keras.src.saving import serialization_lib
 
-from dlbricks_tf import graph as graph_lib
-from dlbricks_tf import synthetic
+from dlbricks_tf.cutting import graph as graph_lib
+from dlbricks_tf.cutting import synthetic
 from dlbricks_tf.errors import DecompositionError
 
 _SLOT = "__dlbricks_slot__"

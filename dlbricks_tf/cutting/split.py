@@ -33,7 +33,7 @@ G=1 is a Conv2D + BatchNormalization + ReLU where the model has one.
 
 from __future__ import annotations
 
-from dlbricks_tf.graph import Graph
+from dlbricks_tf.cutting.graph import Graph
 
 # The ways of cutting, as reports, export manifests and recipes name them.
 SPLITS = ("plain", "fused")
