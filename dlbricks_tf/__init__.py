@@ -13,8 +13,8 @@ Example:
     >>> brick_model = d.bricks[5].build(batch_size=1)
 
 The public API is imported on first use: importing the package (or a
-module of it that needs no Keras, such as `dlbricks_tf.ort_timing` or the
-store) does not import TensorFlow.
+module of it that needs no Keras, such as `dlbricks_tf.measuring.ort_timing` or
+the store) does not import TensorFlow.
 """
 
 import importlib

@@ -63,7 +63,7 @@ from dlbricks_tf.cutting.decompose import (
     model_graph,
 )
 from dlbricks_tf.cutting.graph import Graph
-from dlbricks_tf.precision import timing_half_width
+from dlbricks_tf.measuring.precision import timing_half_width
 from dlbricks_tf.stats import Timing
 
 OBJECTIVES = ("fewest", "precise", "smallest")

@@ -169,7 +169,7 @@ def estimate(
             path through the brick DAG).
         call_overhead_ms: Added once: what a whole model pays per call
             beyond its layers. Brick and model timings exclude the
-            `tf.function` dispatch (see `dlbricks_tf.timing`); pass a
+            `tf.function` dispatch (see `dlbricks_tf.measuring.timing`); pass a
             measured dispatch (`Timing.dispatch_ms`) to estimate the latency
             of one `model(x)` call as a user sees it.
         statistic: "median" (default), "min" or "trimmed_mean" of each

@@ -49,8 +49,9 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
-from dlbricks_tf import errors, onnx_convert
+from dlbricks_tf import errors
 from dlbricks_tf.cutting import synthetic
+from dlbricks_tf.measuring import onnx_convert
 from dlbricks_tf.suite_dir import (
     BRICKS,
     FILES,

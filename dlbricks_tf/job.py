@@ -340,8 +340,9 @@ def run_granularity(
     """
     import keras
 
-    from dlbricks_tf import bench, campaign, timing
+    from dlbricks_tf import bench
     from dlbricks_tf.cutting import suite as suite_lib
+    from dlbricks_tf.measuring import campaign, timing
     from dlbricks_tf.settings import ThreadPoolError
     from dlbricks_tf.store import StoreError
 
@@ -651,7 +652,7 @@ def model_row(
             `failed_bricks` holds the model's.
     """
     from dlbricks_tf import estimate as estimate_lib
-    from dlbricks_tf import precision
+    from dlbricks_tf.measuring import precision
 
     failed = failed or {}
     m = measured
@@ -866,7 +867,7 @@ def measure_models(
     """
     import keras
 
-    from dlbricks_tf import timing
+    from dlbricks_tf.measuring import timing
 
     measured = {}
     for i, source in enumerate(sources):

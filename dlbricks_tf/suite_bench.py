@@ -7,9 +7,9 @@ times one of its bricks on the backend of `settings`:
 
 - `tf`: the SavedModel, wrapped in a `keras.Model` (`TFSMLayer`), timed by
   the same in-graph protocol as bricks cut in memory
-  (`dlbricks_tf.timing`);
+  (`dlbricks_tf.measuring.timing`);
 - `onnxruntime`: the ONNX file in ONNX Runtime sessions with the settings'
-  thread pools (`dlbricks_tf.ort_timing`).
+  thread pools (`dlbricks_tf.measuring.ort_timing`).
 
 `bench.time_suite(suite_dir, ..., measure=measurer(settings, options))`
 then times what the store lacks, committing each result, keyed by
@@ -28,8 +28,9 @@ import os
 from collections.abc import Callable
 from typing import Any
 
-from dlbricks_tf import memory, suite_check, suite_dir, timing
 from dlbricks_tf import settings as settings_lib
+from dlbricks_tf import suite_check, suite_dir
+from dlbricks_tf.measuring import memory, timing
 from dlbricks_tf.stats import Timing
 
 
@@ -75,7 +76,7 @@ def measurer(
     if settings.backend == "onnxruntime":
 
         def measure(entry: suite_dir.SuiteDirEntry) -> Timing:
-            from dlbricks_tf import ort_timing
+            from dlbricks_tf.measuring import ort_timing
 
             check(entry)
             if entry.onnx is None:

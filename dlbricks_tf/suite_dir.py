@@ -382,7 +382,7 @@ def load_saved_model(entry: SuiteDirEntry, batch_size: int | None = 1):
         batch_size: The batch dimension (None: dynamic).
 
     Returns:
-        The model; `dlbricks_tf.timing.Timer` can time it.
+        The model; `dlbricks_tf.measuring.timing.Timer` can time it.
 
     Raises:
         SuiteError: If the SavedModel cannot be loaded.

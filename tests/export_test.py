@@ -360,7 +360,8 @@ def test_old_record_without_onnx_check_is_exported_again(exported, tmp_path):
 
 
 def test_gelu_converts_and_an_unconvertible_brick_is_named(tmp_path):
-    from dlbricks_tf import bench, suite_bench, timing
+    from dlbricks_tf import bench, suite_bench
+    from dlbricks_tf.measuring import timing
 
     inp = keras.Input((16,))
     x = keras.layers.Dense(32, activation="gelu")(inp)  # Exact GELU: Erfc.

@@ -140,7 +140,7 @@ def test_measurer_times_a_saved_model_in_process(exported):
     # The library path the CLI uses, on TF, without a subprocess.
     _, suite, _ = exported
     entry = suite_dir.load_suite(suite).entries[0]
-    from dlbricks_tf import timing
+    from dlbricks_tf.measuring import timing
 
     options = timing.TimingOptions(
         min_samples=3, max_samples=5, max_seconds=0.2

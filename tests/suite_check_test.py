@@ -26,9 +26,10 @@ import tensorflow as tf
 from onnx import external_data_helper
 
 import dlbricks_tf
-from dlbricks_tf import export, suite_bench, suite_check, suite_dir, timing
+from dlbricks_tf import export, suite_bench, suite_check, suite_dir
 from dlbricks_tf import settings as settings_lib
 from dlbricks_tf.cutting import suite
+from dlbricks_tf.measuring import timing
 from tests import cli, models
 
 

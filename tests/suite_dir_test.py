@@ -16,8 +16,9 @@ import numpy as np
 import pytest
 
 import dlbricks_tf
-from dlbricks_tf import export, settings, suite_dir, timing
+from dlbricks_tf import export, settings, suite_dir
 from dlbricks_tf.cutting import suite, synthetic
+from dlbricks_tf.measuring import timing
 from tests import models
 
 G = 2

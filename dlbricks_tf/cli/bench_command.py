@@ -121,7 +121,7 @@ def _bench_suite_dir(folder: str) -> None:
         protocol=timing_flags.protocol(backend),
     )
     if settings.backend == "onnxruntime":
-        from dlbricks_tf import ort_timing
+        from dlbricks_tf.measuring import ort_timing
 
         ort_timing.require_onnxruntime()  # One line if ONNX Runtime is missing.
     _, brick_options = timing_flags.options()

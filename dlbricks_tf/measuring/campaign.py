@@ -3,12 +3,12 @@
 `time_chains` takes the bricks to time (each with a builder, so only one
 chain's bricks are alive at a time), groups them into chains of at most
 `TimingOptions.chain_links` bricks and `MAX_CHAIN_BYTES` of estimated
-memory (`dlbricks_tf.memory`), and times each chain as one traced function
-(`dlbricks_tf.chain.ChainTimer`). A chain is sampled in rounds until the
-estimates of the models that use its bricks are known to the options'
-precision (`dlbricks_tf.precision.chain_verdict`), or a cap is hit; then
-every brick of it is handed to `on_result` (to be committed), flagged
-noisy only if it keeps some model from its target. A campaign killed
+memory (`dlbricks_tf.measuring.memory`), and times each chain as one traced
+function (`dlbricks_tf.measuring.chain.ChainTimer`). A chain is sampled in
+rounds until the estimates of the models that use its bricks are known to the
+options' precision (`dlbricks_tf.measuring.precision.chain_verdict`), or a cap
+is hit; then every brick of it is handed to `on_result` (to be committed),
+flagged noisy only if it keeps some model from its target. A campaign killed
 mid-chain loses that chain's samples, nothing committed before.
 
 `between` is called once per round: `dlbricks_tf.job` samples the whole
@@ -35,14 +35,14 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from dlbricks_tf import memory, precision
 from dlbricks_tf import settings as settings_lib
+from dlbricks_tf.measuring import memory, precision
+from dlbricks_tf.measuring.timing import TimingOptions
 from dlbricks_tf.stats import Timing
-from dlbricks_tf.timing import TimingOptions
 
 # What one chain's bricks need (weights, inputs, largest activations; see
-# `dlbricks_tf.memory.estimate`), at most (one brick may exceed it alone):
-# bounds the campaign's memory whatever the corpus.
+# `dlbricks_tf.measuring.memory.estimate`), at most (one brick may exceed it
+# alone): bounds the campaign's memory whatever the corpus.
 MAX_CHAIN_BYTES = 512 * 2**20
 ORDERS = ("model", "shuffled")
 # Errors that are no brick's fault: they stop the campaign, never a brick.
@@ -144,7 +144,7 @@ def time_chains(
             no `on_failure`; ThreadPoolError if the settings are not in
             force.
     """
-    from dlbricks_tf.chain import ChainTimer
+    from dlbricks_tf.measuring.chain import ChainTimer
 
     options = options or TimingOptions()
     weights = weights or {}

@@ -23,7 +23,7 @@ are `tf.function` arguments (placeholders), never constants that grappler
 could fold into a brick without weights.
 
 XLA has no timestamp op: under `jit_compile` bricks keep their own loop
-(`dlbricks_tf.timing.Timer`).
+(`dlbricks_tf.measuring.timing.Timer`).
 
 Example:
     chain = ChainTimer([(sig, brick.build(1)) for sig, brick in items],
@@ -46,8 +46,8 @@ import tensorflow as tf
 from dlbricks_tf import settings as settings_lib
 from dlbricks_tf import stats
 from dlbricks_tf.cutting import synthetic
-from dlbricks_tf.timing import MeasurementError
-from dlbricks_tf.timing_loop import pack_inputs
+from dlbricks_tf.measuring.timing import MeasurementError
+from dlbricks_tf.measuring.timing_loop import pack_inputs
 
 # Empty links per chain: enough for a steady median of the link cost.
 EMPTY_LINKS = 8
@@ -68,7 +68,7 @@ class ChainTimer:
         bricks: (key, built Keras model) pairs, in chain order; keys are
             unique (brick signatures).
         settings: Run settings in force in this process (thread pools and
-            oneDNN checked as by `dlbricks_tf.timing.Timer`).
+            oneDNN checked as by `dlbricks_tf.measuring.timing.Timer`).
         empty_links: Links of one trivial op spread among the bricks, for
             the link cost.
         target_sample_ms: Wanted duration of one sample.

@@ -1,11 +1,12 @@
 """ONNX Runtime timing of ONNX files: the TF harness's protocol on ORT.
 
-A brick or a whole model converted to ONNX (`dlbricks_tf.onnx_convert`)
-is timed in an `onnxruntime.InferenceSession` on the CPU execution
-provider, with the thread counts of `RunSettings` (intra-op threads,
-inter-op threads; sequential execution, full graph optimisation), under the
-sampling protocol of `dlbricks_tf.sampling` and into the same `TimingOptions`
-and `stats.Timing`, so results go into the same store under settings with
+A brick or a whole model converted to ONNX
+(`dlbricks_tf.measuring.onnx_convert`) is timed in an
+`onnxruntime.InferenceSession` on the CPU execution provider, with the thread
+counts of `RunSettings` (intra-op threads, inter-op threads; sequential
+execution, full graph optimisation), under the sampling protocol of
+`dlbricks_tf.measuring.sampling` and into the same `TimingOptions` and
+`stats.Timing`, so results go into the same store under settings with
 `backend="onnxruntime"`.
 
 Protocol. The synthetic inputs (`synthetic.arrays_for_specs`: ids below
@@ -61,11 +62,12 @@ from typing import Any
 
 import numpy as np
 
-from dlbricks_tf import sampling, stats
 from dlbricks_tf import settings as settings_lib
+from dlbricks_tf import stats
+from dlbricks_tf.measuring import sampling
 
-# The TF harness's error and options (`dlbricks_tf.timing` re-exports them
-# too), so callers handle both backends alike. Nothing here imports
+# The TF harness's error and options (`dlbricks_tf.measuring.timing` re-exports
+# them too), so callers handle both backends alike. Nothing here imports
 # TensorFlow; the synthetic inputs (`dlbricks_tf.cutting.synthetic`) come
 # with Keras and are imported when a timer is made.
 MeasurementError = sampling.MeasurementError
@@ -374,7 +376,7 @@ def run_overhead_ms(
 class OrtTimer(sampling.AdaptiveSampling):
     """Times one ONNX file under fixed settings, one batch at a time.
 
-    The interface of `dlbricks_tf.timing.Timer`: call `sample()` until
+    The interface of `dlbricks_tf.measuring.timing.Timer`: call `sample()` until
     `done`, then `result()`; `sampling.time_interleaved` samples several
     (of either kind) in interleaved rounds. The first `sample()` warms
     up, calibrates the per-call overhead and chooses K and S.
@@ -383,7 +385,8 @@ class OrtTimer(sampling.AdaptiveSampling):
         path: The `.onnx` file (a dynamic batch dimension takes
             `settings.batch_size`).
         settings: Run settings with `backend="onnxruntime"`.
-        options: Sampling options (`dlbricks_tf.sampling.TimingOptions`).
+        options: Sampling options
+            (`dlbricks_tf.measuring.sampling.TimingOptions`).
         input_specs: (shape without the batch dimension, dtype) per input,
             in the file's input order; None reads them from the file. Needed
             where the file leaves a non-batch dimension open.
@@ -653,10 +656,10 @@ def convert_for_ort(
         (path of the `.onnx` file, id bound per input).
 
     Raises:
-        dlbricks_tf.onnx_convert.ConversionError: If tf2onnx fails.
+        dlbricks_tf.measuring.onnx_convert.ConversionError: If tf2onnx fails.
     """
-    from dlbricks_tf import onnx_convert
     from dlbricks_tf.cutting import synthetic
+    from dlbricks_tf.measuring import onnx_convert
 
     folder = Path(workdir)
     folder.mkdir(parents=True, exist_ok=True)

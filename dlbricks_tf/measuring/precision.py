@@ -7,8 +7,8 @@ the half-width of brick b's median interval (95%, from order statistics)
 and c_b its count in the model, the estimate's half-width is taken as
 sqrt(sum_b (c_b h_b)^2) (independent errors).
 
-Bricks are timed a chain at a time (`dlbricks_tf.campaign`), so the rule is
-applied per chain: the bricks of a chain that model m uses may spend the
+Bricks are timed a chain at a time (`dlbricks_tf.measuring.campaign`), so the
+rule is applied per chain: the bricks of a chain that model m uses may spend the
 share of m's error budget that their part of m's estimate earns,
 
     sum_{b in chain} (c_b h_b)^2 <= p^2 * E_m * S_m,

@@ -1,8 +1,8 @@
 """CPU timing harness for Keras models: bricks and whole models alike.
 
 Samples are timed inside the graph: one `tf.function` call (the loop of
-`dlbricks_tf.timing_loop.sampled_function`) takes S samples, each running
-the model K times between two `tf.timestamp()` reads. The `tf.function`
+`dlbricks_tf.measuring.timing_loop.sampled_function`) takes S samples, each
+running the model K times between two `tf.timestamp()` reads. The `tf.function`
 dispatch (1-2 ms on a busy machine, more than many single layers) is paid
 once per S samples and enters none of them. What the timing machinery
 still costs is measured and subtracted: the per-call cost of the loop and
@@ -21,7 +21,7 @@ interval is within `precision` of the median, or a cap is hit (the result
 is then flagged noisy). `Timer` exposes batches (`sample()`) so that bricks
 and whole models can be measured in interleaved rounds, close together in
 time; `time_interleaved` takes any `Sampler` (also
-`dlbricks_tf.ort_timing.OrtTimer`).
+`dlbricks_tf.measuring.ort_timing.OrtTimer`).
 
 Integer inputs get ids below the bounds found in the model's graph
 (`dlbricks_tf.cutting.synthetic.id_bounds`), or below explicit `id_bounds` for a
@@ -42,17 +42,18 @@ import keras
 import numpy as np
 import tensorflow as tf
 
-from dlbricks_tf import memory, stats, timing_loop
 from dlbricks_tf import settings as settings_lib
+from dlbricks_tf import stats
 from dlbricks_tf.cutting import synthetic
+from dlbricks_tf.measuring import memory, timing_loop
 
 # The sampling protocol, shared with ONNX Runtime timing (no TensorFlow
 # there); re-exported: callers use `timing.TimingOptions` and the rest.
-from dlbricks_tf.sampling import AdaptiveSampling as AdaptiveSampling
-from dlbricks_tf.sampling import MeasurementError as MeasurementError
-from dlbricks_tf.sampling import Sampler as Sampler
-from dlbricks_tf.sampling import TimingOptions as TimingOptions
-from dlbricks_tf.sampling import time_interleaved as time_interleaved
+from dlbricks_tf.measuring.sampling import AdaptiveSampling as AdaptiveSampling
+from dlbricks_tf.measuring.sampling import MeasurementError as MeasurementError
+from dlbricks_tf.measuring.sampling import Sampler as Sampler
+from dlbricks_tf.measuring.sampling import TimingOptions as TimingOptions
+from dlbricks_tf.measuring.sampling import time_interleaved as time_interleaved
 
 
 def _fresh_copy(model: keras.Model) -> keras.Model:

@@ -9,10 +9,10 @@ whole model) are taken close together in time. `model_and_brick_options`
 builds the options of whole models and of bricks the way every front end
 does (the command line and the benchmarks).
 
-The TF harness (`dlbricks_tf.timing.Timer`, which re-exports these names)
-and the ONNX Runtime one (`dlbricks_tf.ort_timing.OrtTimer`) both build on
-this module; it imports no TensorFlow, so neither does ORT timing through
-it.
+The TF harness (`dlbricks_tf.measuring.timing.Timer`, which re-exports these
+names) and the ONNX Runtime one (`dlbricks_tf.measuring.ort_timing.OrtTimer`)
+both build on this module; it imports no TensorFlow, so neither does ORT timing
+through it.
 
 Example:
     options, brick_options = model_and_brick_options("chain", precision=0.02)
@@ -60,7 +60,7 @@ class TimingOptions:
             loop machinery, measured on an empty model.
         seed: Seed of the synthetic inputs.
         chain_links: Bricks in one chain, at most (chain protocol, see
-            `dlbricks_tf.campaign`); there `precision` is that of each
+            `dlbricks_tf.measuring.campaign`); there `precision` is that of each
             model's estimate and the caps are per chain.
         chain_order: "model" (the models' order) or "shuffled".
     """
