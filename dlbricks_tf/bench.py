@@ -136,14 +136,15 @@ def time_suite(
         measure: Times one suite entry (called again to re-measure it);
             by default its brick is built and timed with `options` by
             `dlbricks_tf.measuring.timing.time_model` (see also
-            `dlbricks_tf.suite_bench.measurer`). Under the chain protocol
-            (`settings.protocol == "chain"`) and without `measure`, bricks
-            are timed in chains instead (`dlbricks_tf.measuring.campaign`), to
-            the precision of the estimates of the models the suite counts
-            (each chain's sum for a suite without counts).
+            `dlbricks_tf.portable.suite_bench.measurer`). Under the chain
+            protocol (`settings.protocol == "chain"`) and without `measure`,
+            bricks are timed in chains instead
+            (`dlbricks_tf.measuring.campaign`), to the precision of the
+            estimates of the models the suite counts (each chain's sum for a
+            suite without counts).
         build: Under the chain protocol, returns an entry's runnable
             `keras.Model` (default: `entry.brick.build(batch_size)`; see
-            `dlbricks_tf.suite_bench.builder`).
+            `dlbricks_tf.portable.suite_bench.builder`).
         on_failure: Called with (signature, reason) after a brick that
             could not be loaded, built or timed is recorded as failed.
 

@@ -954,7 +954,7 @@ def estimate_plans(
 
     Args:
         plans: (model name, plan) pairs, read one at a time; a plan is a
-            `Decomposition` or a `dlbricks_tf.recipe.Recipe` (no model
+            `Decomposition` or a `dlbricks_tf.portable.recipe.Recipe` (no model
             needed).
         settings: The `RunSettings` whose timings are read.
         fingerprint: The machine whose timings are read.

@@ -220,7 +220,7 @@ def test_a_brick_that_cannot_be_timed_is_recorded_and_the_rest_go_on(
 
 
 def test_recipes_and_decompositions_estimate_alike(files):
-    from dlbricks_tf import recipe
+    from dlbricks_tf.portable import recipe
 
     (source,) = job.resolve_models([files["chain"]])
     d = source.decompose(1)

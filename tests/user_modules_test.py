@@ -14,9 +14,9 @@ import textwrap
 import keras
 import pytest
 
-from dlbricks_tf import suite_dir
 from dlbricks_tf.cutting import user_modules
 from dlbricks_tf.fingerprint import system_fingerprint
+from dlbricks_tf.portable import suite_dir
 from dlbricks_tf.settings import RunSettings
 from dlbricks_tf.store import Store
 from tests.cli import FAST, dlbricks

@@ -108,8 +108,8 @@ def bench(sources, gs, safe_mode) -> None:
 def _bench_suite_dir(folder: str) -> None:
     """bench --suite: time an exported suite folder, no model needed."""
     from dlbricks_tf import bench as bench_lib
-    from dlbricks_tf import suite_bench, suite_check, suite_dir
     from dlbricks_tf.fingerprint import system_fingerprint
+    from dlbricks_tf.portable import suite_bench, suite_check, suite_dir
 
     _, db, _ = outputs.paths()
     suite = suite_dir.load_suite(folder)  # Checks every file's hash.

@@ -101,9 +101,9 @@ def _estimate_beyond(sources, g, settings, fp, store, safe_mode) -> list:
 def _estimate_recipes(paths: list[str]) -> None:
     """estimate --recipe: models rebuilt from recipes and the store alone."""
     from dlbricks_tf import job
-    from dlbricks_tf import recipe as recipe_lib
     from dlbricks_tf import settings as settings_lib
     from dlbricks_tf.fingerprint import system_fingerprint
+    from dlbricks_tf.portable import recipe as recipe_lib
 
     if shared_flags.MODELS.value:
         raise app.UsageError("estimate takes --models or --recipe, not both.")

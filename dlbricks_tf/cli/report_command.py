@@ -49,7 +49,7 @@ def report(sources, gs, safe_mode) -> None:
 def _compare(sources, gs, safe_mode, db, logdir) -> None:
     """report --compare: each model's estimate per machine and backend."""
     from dlbricks_tf import board, compare
-    from dlbricks_tf import recipe as recipe_lib
+    from dlbricks_tf.portable import recipe as recipe_lib
 
     recipes, models = shared_flags.RECIPE.value, shared_flags.MODELS.value
     if len(gs) > 1:

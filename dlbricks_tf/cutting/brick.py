@@ -60,7 +60,7 @@ class Brick:
                 order (a shared layer keeps one name), the inputs
                 `input_0`, ... and the model `brick`, so that no name of
                 the source model is in the built model (for a suite that is
-                shared, see `dlbricks_tf.export`).
+                shared, see `dlbricks_tf.portable.export`).
 
         Returns:
             A model taking one tensor (or a list, for several inputs) and

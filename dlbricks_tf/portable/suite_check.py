@@ -33,7 +33,7 @@ import os
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 
-from dlbricks_tf import suite_dir
+from dlbricks_tf.portable import suite_dir
 
 # Ops of the serving functions Keras bricks export to: every op of the
 # traced `serving_default` of the 40 keras.applications models, of the

@@ -52,7 +52,7 @@ from typing import Any
 from dlbricks_tf import errors
 from dlbricks_tf.cutting import synthetic
 from dlbricks_tf.measuring import onnx_convert
-from dlbricks_tf.suite_dir import (
+from dlbricks_tf.portable.suite_dir import (
     BRICKS,
     FILES,
     FORMAT,
@@ -152,7 +152,7 @@ def export_suite(
 
     Example:
         >>> summary = export_suite(suite, "out/suite", granularity=1)
-        >>> load_suite("out/suite").signatures  # dlbricks_tf.suite_dir
+        >>> load_suite("out/suite").signatures  # dlbricks_tf.portable.suite_dir
     """
     if not 1 <= opset <= onnx_convert.MAX_OPSET:
         raise ValueError(

@@ -1,7 +1,7 @@
 """Timing the bricks of an exported suite folder, with no source model.
 
-A suite folder (`dlbricks export`, read by `dlbricks_tf.suite_dir`) holds
-each unique brick as a SavedModel and an ONNX file, with its input specs
+A suite folder (`dlbricks export`, read by `dlbricks_tf.portable.suite_dir`)
+holds each unique brick as a SavedModel and an ONNX file, with its input specs
 and id bounds. `measurer(settings, options)` returns the function that
 times one of its bricks on the backend of `settings`:
 
@@ -29,8 +29,8 @@ from collections.abc import Callable
 from typing import Any
 
 from dlbricks_tf import settings as settings_lib
-from dlbricks_tf import suite_check, suite_dir
 from dlbricks_tf.measuring import memory, timing
+from dlbricks_tf.portable import suite_check, suite_dir
 from dlbricks_tf.stats import Timing
 
 
@@ -45,7 +45,7 @@ def measurer(
     """Returns a function timing one suite brick on `settings.backend`.
 
     Before a brick is loaded, its files are checked as data
-    (`dlbricks_tf.suite_check`): a brick whose SavedModel holds an op
+    (`dlbricks_tf.portable.suite_check`): a brick whose SavedModel holds an op
     Keras bricks do not export to, whose ONNX file uses another operator
     domain or external data outside its folder, or whose files link out
     of the suite folder is refused and never runs.
