@@ -208,7 +208,7 @@ def _recheck_chains(result, settings, options) -> dict:
     """
     import functools
 
-    from dlbricks_tf import estimate as estimate_lib
+    from dlbricks_tf.estimating import estimate as estimate_lib
     from dlbricks_tf.measuring import campaign
 
     bricks = [

@@ -29,7 +29,7 @@ import math
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, Protocol
 
-from dlbricks_tf import estimate as estimate_lib
+from dlbricks_tf.estimating import estimate as estimate_lib
 from dlbricks_tf.stats import Timing, geomean
 
 

@@ -20,7 +20,7 @@ import dataclasses
 from collections.abc import Mapping
 from typing import Any
 
-from dlbricks_tf import estimate as estimate_lib
+from dlbricks_tf.estimating import estimate as estimate_lib
 from dlbricks_tf.fingerprint import SystemFingerprint
 from dlbricks_tf.settings import RunSettings
 from dlbricks_tf.stats import Timing
@@ -158,7 +158,8 @@ def compare(
         plans: {model name: decomposition or recipe}; each has `bricks`
             (with `signature`) and `dependencies`.
         store: A `dlbricks_tf.store.Store`.
-        mode: "sequential" or "parallel" (see `dlbricks_tf.estimate`).
+        mode: "sequential" or "parallel" (see
+            `dlbricks_tf.estimating.estimate`).
         statistic: The brick statistic summed (see `estimate.estimate`).
         batch_size: Keep only configurations of this batch size.
 

@@ -651,7 +651,7 @@ def model_row(
         failed: {signature: reason} of the bricks that failed; the row's
             `failed_bricks` holds the model's.
     """
-    from dlbricks_tf import estimate as estimate_lib
+    from dlbricks_tf.estimating import estimate as estimate_lib
     from dlbricks_tf.measuring import precision
 
     failed = failed or {}
@@ -701,7 +701,7 @@ def model_row(
         "estimate_precision": precision.estimate_precision(
             collections.Counter(b.signature for b in d.bricks), results
         ),
-        # How the estimate was obtained (see dlbricks_tf.beyond).
+        # How the estimate was obtained (see dlbricks_tf.estimating.beyond).
         "method": "timed",
         "sources": {s.label: s.share for s in seq.sources},
     }
@@ -733,7 +733,7 @@ def corpus_row(
         **wall_clock: What the run cost, e.g. campaign_wall_s=12.5; kept
             in the row in the order given.
     """
-    from dlbricks_tf import estimate as estimate_lib
+    from dlbricks_tf.estimating import estimate as estimate_lib
 
     estimable = [r for r in runs if not math.isnan(r["estimated_ms"])]
     names = {r["model"] for r in estimable}
@@ -959,7 +959,8 @@ def estimate_plans(
         settings: The `RunSettings` whose timings are read.
         fingerprint: The machine whose timings are read.
         store: The `Store`.
-        mode: "sequential" or "parallel" (see `dlbricks_tf.estimate`).
+        mode: "sequential" or "parallel" (see
+            `dlbricks_tf.estimating.estimate`).
 
     Returns:
         One row per model: model, granularity, mode, estimated_ms, low_ms,
@@ -970,7 +971,7 @@ def estimate_plans(
         MissingResultsError: A model has bricks without a timing (those
             recorded as failed are named with their reasons).
     """
-    from dlbricks_tf import estimate as estimate_lib
+    from dlbricks_tf.estimating import estimate as estimate_lib
 
     results = store.results(settings, fingerprint)
     failures = store.failures(settings, fingerprint)

@@ -6,7 +6,7 @@ latency), then one row per G (geomean, range, speed-up, wall-clock times).
 `format_decompositions` and `format_estimates` render the `decompose` and
 `estimate` commands' output. Rows that say how their estimate was
 obtained (`sources`: timed, covered by bricks of several G, or with
-predicted bricks, see `dlbricks_tf.beyond`) get a `source` column.
+predicted bricks, see `dlbricks_tf.estimating.beyond`) get a `source` column.
 
 Example:
     print(format_report(json.loads(Path("report.json").read_text())))

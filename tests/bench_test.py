@@ -14,9 +14,9 @@ import pytest
 
 import dlbricks_tf
 from dlbricks_tf import bench
-from dlbricks_tf import estimate as estimate_lib
 from dlbricks_tf import settings as settings_lib
 from dlbricks_tf.cutting import suite as suite_lib
+from dlbricks_tf.estimating import estimate as estimate_lib
 from dlbricks_tf.fingerprint import system_fingerprint
 from dlbricks_tf.measuring import timing
 from dlbricks_tf.stats import Timing

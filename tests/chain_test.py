@@ -10,9 +10,9 @@ import keras
 import pytest
 
 import dlbricks_tf
-from dlbricks_tf import estimate as estimate_lib
 from dlbricks_tf import settings as settings_lib
 from dlbricks_tf.cutting import suite as suite_lib
+from dlbricks_tf.estimating import estimate as estimate_lib
 from dlbricks_tf.measuring import campaign, chain, timing
 from tests import models
 

@@ -12,9 +12,9 @@ import json
 import pytest
 
 import dlbricks_tf
-from dlbricks_tf import estimate as estimate_lib
 from dlbricks_tf import fingerprint, settings, stats, store
 from dlbricks_tf.cutting import suite
+from dlbricks_tf.estimating import estimate as estimate_lib
 from dlbricks_tf.portable import recipe
 from tests import models
 

@@ -78,7 +78,8 @@ def estimate(sources, gs, safe_mode) -> None:
 
 def _estimate_beyond(sources, g, settings, fp, store, safe_mode) -> list:
     """estimate --cover/--predict: rows that say where each estimate is from."""
-    from dlbricks_tf import beyond, corpus, job
+    from dlbricks_tf import corpus, job
+    from dlbricks_tf.estimating import beyond
 
     training = []
     if PREDICT.value:  # The models the store timed teach the predictor too.

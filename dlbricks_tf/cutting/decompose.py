@@ -118,7 +118,8 @@ def model_graph(
     """The model's checked graph of calls, and the factory bricks build with.
 
     What `decompose` cuts; the arguments are `decompose`'s. Other ways of
-    choosing runs (`dlbricks_tf.cover`) start here and end in `from_runs`.
+    choosing runs (`dlbricks_tf.estimating.cover`) start here and end in
+    `from_runs`.
 
     Raises:
         DecompositionError: As `decompose`.

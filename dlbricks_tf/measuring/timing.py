@@ -350,7 +350,7 @@ class Timer(AdaptiveSampling):
         """Summarises the samples; noisy unless settled.
 
         `dispatch_ms` is the wall-clock dispatch (not in any sample, see
-        `dlbricks_tf.estimate`); `loop_overhead_ms` is all that was
+        `dlbricks_tf.estimating.estimate`); `loop_overhead_ms` is all that was
         subtracted per call (empty sample over K, plus the loop's cost).
 
         Raises:

@@ -6,12 +6,12 @@ Each row says how its estimate was obtained (`method`):
 * "timed": the model cut at G, every brick timed (what `estimate` always
   did);
 * "covered": a cover by stored bricks of G or fewer steps
-  (`dlbricks_tf.cover`), with the share of each brick size in `sources`
-  ("G=1", "G=2", ...);
+  (`dlbricks_tf.estimating.cover`), with the share of each brick size in
+  `sources` ("G=1", "G=2", ...);
 * "predicted" (or "covered+predicted"): some bricks were never timed and
   a latency model of this machine's bricks filled them in
-  (`dlbricks_tf.predict`); `predicted_bricks` and `predicted_share` say how
-  many and how much of the estimate, and the bounds hold the predictor's
+  (`dlbricks_tf.estimating.predict`); `predicted_bricks` and `predicted_share`
+  say how many and how much of the estimate, and the bounds hold the predictor's
   cross-validated error.
 
 Without `predict`, a brick the store lacks is an error, as it always was.
@@ -29,11 +29,11 @@ from pathlib import Path
 from typing import Any
 
 from dlbricks_tf import corpus
-from dlbricks_tf import cover as cover_lib
-from dlbricks_tf import estimate as estimate_lib
-from dlbricks_tf import predict as predict_lib
 from dlbricks_tf.cutting import split
 from dlbricks_tf.cutting.decompose import Cutter, from_runs, model_graph
+from dlbricks_tf.estimating import cover as cover_lib
+from dlbricks_tf.estimating import estimate as estimate_lib
+from dlbricks_tf.estimating import predict as predict_lib
 
 
 def graph_of(source: Any, safe_mode: bool = True) -> tuple[Any, Any]:

@@ -33,8 +33,8 @@ plus the best cover of [j, n). Covers are compared by the `objective`:
   estimate where it exists, for comparison.
 
 Bricks with no stored timing are never chosen unless a predictor is given
-(`dlbricks_tf.predict`): then every candidate can be predicted, and covers
-are compared first by how many steps they predict (fewest first: only
+(`dlbricks_tf.estimating.predict`): then every candidate can be predicted, and
+covers are compared first by how many steps they predict (fewest first: only
 what the store lacks is predicted).
 Without a predictor, a model with no cover raises `MissingResultsError`
 naming the bricks of its cut at the largest G that the store lacks and
@@ -54,7 +54,6 @@ import dataclasses
 from collections.abc import Mapping, Sequence
 from typing import Any, Protocol
 
-from dlbricks_tf import estimate as estimate_lib
 from dlbricks_tf.cutting import split
 from dlbricks_tf.cutting.decompose import (
     Cutter,
@@ -63,6 +62,7 @@ from dlbricks_tf.cutting.decompose import (
     model_graph,
 )
 from dlbricks_tf.cutting.graph import Graph
+from dlbricks_tf.estimating import estimate as estimate_lib
 from dlbricks_tf.measuring.precision import timing_half_width
 from dlbricks_tf.stats import Timing
 

@@ -13,8 +13,9 @@ errs the same way at once.
 
 Every estimate says where its milliseconds come from (`Estimate.sources`):
 by default all from timed bricks ("timed"); a caller that labels bricks
-(a cover by brick size, `dlbricks_tf.cover`; bricks a latency model filled
-in, "predicted", `dlbricks_tf.predict`) gets each label's share.
+(a cover by brick size, `dlbricks_tf.estimating.cover`; bricks a latency model
+filled in, "predicted", `dlbricks_tf.estimating.predict`) gets each label's
+share.
 
 Example:
     est = estimate(decomposition, store.results(settings, fp))

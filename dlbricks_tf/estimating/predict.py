@@ -2,7 +2,7 @@
 
 A store holds the timings of many bricks for one settings and machine.
 `Predictor.fit` learns from them the latency of a brick from what it
-computes (`dlbricks_tf.features`: layer kinds, FLOPs, weights and
+computes (`dlbricks_tf.estimating.features`: layer kinds, FLOPs, weights and
 activations moved, shapes, activation functions), so that a model whose
 bricks are not all stored can still be estimated: the bricks the store
 lacks are predicted, and the estimate says how many and what share of it
@@ -53,9 +53,10 @@ import math
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from dlbricks_tf import cover as cover_lib
-from dlbricks_tf import errors, features
+from dlbricks_tf import errors
 from dlbricks_tf.cutting.decompose import Cutter
+from dlbricks_tf.estimating import cover as cover_lib
+from dlbricks_tf.estimating import features
 from dlbricks_tf.stats import Timing
 
 METHODS = ("trees", "hybrid", "roofline")
