@@ -309,7 +309,7 @@ def main(argv: list[str]) -> None:
     from dlbricks_tf import job
     from dlbricks_tf.fingerprint import system_fingerprint
     from dlbricks_tf.measuring import sampling
-    from dlbricks_tf.report import format_report
+    from dlbricks_tf.reporting.report import format_report
     from dlbricks_tf.store import Store
 
     # Copies emulate what a brick sees inside a whole model (its weights

@@ -421,7 +421,7 @@ def main(argv: list[str]) -> None:
     from dlbricks_tf import errors
     from dlbricks_tf.fingerprint import system_fingerprint
     from dlbricks_tf.measuring import sampling
-    from dlbricks_tf.report import format_report
+    from dlbricks_tf.reporting.report import format_report
     from dlbricks_tf.store import Store
 
     # ORT times each brick alone ("loop"). Copies emulate what a brick

@@ -16,7 +16,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from dlbricks_tf import analysis, charts, json_files, summaries
+from dlbricks_tf import analysis, json_files
+from dlbricks_tf.reporting import charts, summaries
 
 if TYPE_CHECKING:
     from dlbricks_tf.analyze import AnalysisResult

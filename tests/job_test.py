@@ -11,10 +11,11 @@ import math
 
 import pytest
 
-from dlbricks_tf import job, report
+from dlbricks_tf import job
 from dlbricks_tf import settings as settings_lib
 from dlbricks_tf.fingerprint import system_fingerprint
 from dlbricks_tf.measuring import timing
+from dlbricks_tf.reporting import report
 from dlbricks_tf.stats import Timing
 from dlbricks_tf.store import Store
 from tests import models

@@ -69,7 +69,7 @@ def estimate(sources, gs, safe_mode) -> None:
             )
     _print(rows)
     if COVER.value or PREDICT.value:
-        from dlbricks_tf import board
+        from dlbricks_tf.reporting import board
 
         outputs.make_dirs(logdir)
         board.write_estimates(logdir, rows)
@@ -132,7 +132,7 @@ def _estimate_recipes(paths: list[str]) -> None:
 
 
 def _print(rows) -> None:
-    from dlbricks_tf import report
+    from dlbricks_tf.reporting import report
 
     print(report.format_estimates(rows))
     if noisy := report.format_noisy(rows):

@@ -35,8 +35,9 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from dlbricks_tf import analysis, charts, summaries
-from dlbricks_tf.report import format_inputs, format_source
+from dlbricks_tf import analysis
+from dlbricks_tf.reporting import charts, summaries
+from dlbricks_tf.reporting.report import format_inputs, format_source
 
 MODELS_RUN = "models"
 HPARAMS_RUN = "hparams"
@@ -344,7 +345,7 @@ def write_comparison(log_dir: str | Path, comparison: Any) -> list[str]:
     Returns:
         The event files written, relative to `log_dir`.
     """
-    from dlbricks_tf import compare
+    from dlbricks_tf.reporting import compare
 
     log_dir = Path(log_dir)
     for f in (log_dir / COMPARE_RUN).glob("**/events.out.tfevents.*"):
