@@ -35,7 +35,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from dlbricks_tf import analysis
+from dlbricks_tf.analyzing import analysis
 from dlbricks_tf.reporting import charts, summaries
 from dlbricks_tf.reporting.report import format_inputs, format_source
 

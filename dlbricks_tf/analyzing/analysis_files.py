@@ -16,11 +16,12 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from dlbricks_tf import analysis, json_files
+from dlbricks_tf import json_files
+from dlbricks_tf.analyzing import analysis
 from dlbricks_tf.reporting import charts, summaries
 
 if TYPE_CHECKING:
-    from dlbricks_tf.analyze import AnalysisResult
+    from dlbricks_tf.analyzing.analyze import AnalysisResult
 
 CORPUS_ROW = "(corpus)"
 TENSORBOARD = "tensorboard"

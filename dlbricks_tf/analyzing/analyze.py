@@ -41,7 +41,8 @@ from typing import Any
 
 import keras
 
-from dlbricks_tf import analysis, analysis_files, errors
+from dlbricks_tf import errors
+from dlbricks_tf.analyzing import analysis, analysis_files
 from dlbricks_tf.cutting.decompose import Decomposition, decompose
 from dlbricks_tf.stats import Timing
 
