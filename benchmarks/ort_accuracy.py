@@ -286,8 +286,8 @@ def _interleave(model_timer, brick_timers, clock, on_brick, on_model):
 
 def _run_granularity(g, sources, settings, fp, options, brick_options, store):
     """Measures every model at one G on ORT; returns (runs, corpus, errors)."""
-    from dlbricks_tf import job
     from dlbricks_tf.cutting import suite as suite_lib
+    from dlbricks_tf.estimating import rows
     from dlbricks_tf.measuring import ort_timing
 
     clock = _Clock()
@@ -362,7 +362,7 @@ def _run_granularity(g, sources, settings, fp, options, brick_options, store):
             store.put_model(source.name, settings, fp, measured[source.name])
         else:
             measured[source.name] = stored_models[source.name]
-        row = job.model_row(
+        row = rows.model_row(
             source.name, g, settings, measured[source.name], results, d
         )
         row["new_unique_bricks"] = len(brick_timers)
@@ -381,7 +381,7 @@ def _run_granularity(g, sources, settings, fp, options, brick_options, store):
         del brick_timers, model_timer
     if not runs:
         return runs, None, failed
-    corpus_row = job.corpus_row(
+    corpus_row = rows.corpus_row(
         g,
         _FUSE.value,
         runs,

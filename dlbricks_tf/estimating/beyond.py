@@ -162,10 +162,10 @@ def row(
     ({label: share of the estimate}), `predicted_bricks` (unique) and
     `predicted_share`.
     """
-    from dlbricks_tf import job
+    from dlbricks_tf.estimating.rows import estimate_row
 
     return {
-        **job.estimate_row(est.model, granularity, est, measured),
+        **estimate_row(est.model, granularity, est, measured),
         "method": method,
         "sources": {s.label: s.share for s in est.sources},
         "predicted_bricks": predicted,
