@@ -1,4 +1,4 @@
-"""Tests for dlbricks_tf/estimating/cover.py: covers by stored bricks of any G.
+"""Tests for dlbricks_tf/estimating/cover.py: covers by bricks of several G.
 
 The stores are real SQLite stores written by hand with chosen timings; the
 models are real Keras models from tests/models.py.

@@ -1,4 +1,4 @@
-"""Tests of dlbricks_tf/portable/suite_check.py: bricks checked before run.
+"""Tests of dlbricks_tf/portable/suite_check.py: checks before bricks run.
 
 A suite exported from the test models (real SavedModels and ONNX files)
 passes every check on both backends. Then its author plants, as an author
