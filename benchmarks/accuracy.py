@@ -40,7 +40,7 @@ from pathlib import Path
 from absl import app, flags, logging
 
 from dlbricks_tf import corpus
-from dlbricks_tf import split as split_lib
+from dlbricks_tf.cutting import split as split_lib
 
 # One model per family (corpus.FAMILIES); --all for the 40.
 _DEFAULT_MODELS = list(corpus.FAMILIES)
@@ -208,8 +208,8 @@ def _recheck_chains(result, settings, options) -> dict:
     """
     import functools
 
-    from dlbricks_tf import campaign
-    from dlbricks_tf import estimate as estimate_lib
+    from dlbricks_tf.estimating import estimate as estimate_lib
+    from dlbricks_tf.measuring import campaign
 
     bricks = [
         campaign.ChainedBrick(
@@ -255,7 +255,7 @@ def _recheck_chains(result, settings, options) -> dict:
 
 def _recheck(suite, results, settings, options) -> dict:
     """Times a spread of the suite's bricks again; compares the medians."""
-    from dlbricks_tf import timing
+    from dlbricks_tf.measuring import timing
 
     # Near-empty bricks (Reshape, Dropout: ~0-1 us once the loop's own cost
     # is subtracted) have meaningless relative differences; re-time those
@@ -306,9 +306,10 @@ def main(argv: list[str]) -> None:
     settings_lib.configure_threads(
         settings.intra_op_threads, settings.inter_op_threads
     )
-    from dlbricks_tf import job, sampling
+    from dlbricks_tf import job
     from dlbricks_tf.fingerprint import system_fingerprint
-    from dlbricks_tf.report import format_report
+    from dlbricks_tf.measuring import sampling
+    from dlbricks_tf.reporting.report import format_report
     from dlbricks_tf.store import Store
 
     # Copies emulate what a brick sees inside a whole model (its weights

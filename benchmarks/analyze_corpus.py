@@ -25,8 +25,9 @@ from absl import app, flags  # noqa: E402
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from dlbricks_tf import corpus, summaries  # noqa: E402
-from dlbricks_tf.analyze import PAPER_CORPUS, run_analysis  # noqa: E402
+from dlbricks_tf import corpus  # noqa: E402
+from dlbricks_tf.analyzing.analyze import PAPER_CORPUS, run_analysis  # noqa: E402
+from dlbricks_tf.reporting import summaries  # noqa: E402
 
 _MODELS = flags.DEFINE_list(
     "models", list(corpus.APPLICATIONS), "keras.applications names."

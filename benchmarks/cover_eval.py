@@ -8,8 +8,8 @@ of those timings:
 
 * the estimate at each G (the model cut at G, as `estimate` does);
 * the cover by stored bricks of 1..max G for each objective of
-  `dlbricks_tf.cover` ("fewest", the default; "precise"; "smallest"), with
-  the share of the estimate that bricks of each G hold;
+  `dlbricks_tf.estimating.cover` ("fewest", the default; "precise"; "smallest"),
+  with the share of the estimate that bricks of each G hold;
 * "chosen": for each model, the objective that fits the *other* models
   best (mean |log(estimate / measured)|), never the model itself.
 
@@ -107,10 +107,12 @@ def main(argv):
     if not _DB.value:
         raise app.UsageError("--db is required.")
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
-    from dlbricks_tf import beyond, corpus, split
-    from dlbricks_tf import cover as cover_lib
-    from dlbricks_tf import estimate as estimate_lib
-    from dlbricks_tf.decompose import Cutter, from_runs, model_graph
+    from dlbricks_tf import corpus
+    from dlbricks_tf.cutting import split
+    from dlbricks_tf.cutting.decompose import Cutter, from_runs, model_graph
+    from dlbricks_tf.estimating import beyond
+    from dlbricks_tf.estimating import cover as cover_lib
+    from dlbricks_tf.estimating import estimate as estimate_lib
     from dlbricks_tf.store import Store
 
     gs = sorted(int(g) for g in _GRANULARITIES.value)
@@ -253,7 +255,7 @@ def main(argv):
 
 def _chosen(rows, field):
     """Per model, the objective that fits the other models best."""
-    from dlbricks_tf.cover import OBJECTIVES
+    from dlbricks_tf.estimating.cover import OBJECTIVES
 
     for r in rows:
         others = [o for o in rows if o is not r]

@@ -66,7 +66,8 @@ def main(argv: list[str]) -> None:
     settings_lib.configure_threads(
         settings.intra_op_threads, settings.inter_op_threads
     )
-    from dlbricks_tf import stats, timing
+    from dlbricks_tf import stats
+    from dlbricks_tf.measuring import timing
 
     # The campaign's brick options (benchmarks/accuracy.py's defaults).
     options = timing.TimingOptions(max_samples=60, max_seconds=1.0)

@@ -4,8 +4,8 @@ The ONNX Runtime counterpart of benchmarks/accuracy.py. For each
 granularity G: decompose every model, convert each unique brick and each
 whole model to ONNX (tf2onnx, dynamic batch; files cached in
 `--out/onnx/`), then, model by model, time the whole model and its bricks
-not yet stored with ONNX Runtime (`dlbricks_tf.ort_timing.OrtTimer`) in
-interleaved rounds (one batch of samples of each per round; the whole
+not yet stored with ONNX Runtime (`dlbricks_tf.measuring.ort_timing.OrtTimer`)
+in interleaved rounds (one batch of samples of each per round; the whole
 model samples for as long as any of its bricks does), as
 `dlbricks_tf.job.run_granularity` does for TF, so that estimate and
 measurement are taken close together in time. Conversion is done before
@@ -138,7 +138,8 @@ def _convert(build, folder: Path, stem: str, batch_size: int):
     Raises:
         dlbricks_tf.Error: If neither converts.
     """
-    from dlbricks_tf import errors, ort_timing
+    from dlbricks_tf import errors
+    from dlbricks_tf.measuring import ort_timing
 
     names = ((None, stem), (batch_size, f"{stem}-b{batch_size}"))
     for _, name in names:
@@ -184,7 +185,7 @@ def _prepare(g, sources, settings, stored, stored_models, folder, clock):
     import keras
 
     from dlbricks_tf import errors
-    from dlbricks_tf.decompose import decompose
+    from dlbricks_tf.cutting.decompose import decompose
 
     decompositions, model_files, brick_files, failed = {}, {}, {}, {}
     for i, source in enumerate(sources):
@@ -285,8 +286,9 @@ def _interleave(model_timer, brick_timers, clock, on_brick, on_model):
 
 def _run_granularity(g, sources, settings, fp, options, brick_options, store):
     """Measures every model at one G on ORT; returns (runs, corpus, errors)."""
-    from dlbricks_tf import job, ort_timing
-    from dlbricks_tf import suite as suite_lib
+    from dlbricks_tf.cutting import suite as suite_lib
+    from dlbricks_tf.estimating import rows
+    from dlbricks_tf.measuring import ort_timing
 
     clock = _Clock()
     fresh = _FRESH.value
@@ -360,7 +362,7 @@ def _run_granularity(g, sources, settings, fp, options, brick_options, store):
             store.put_model(source.name, settings, fp, measured[source.name])
         else:
             measured[source.name] = stored_models[source.name]
-        row = job.model_row(
+        row = rows.model_row(
             source.name, g, settings, measured[source.name], results, d
         )
         row["new_unique_bricks"] = len(brick_timers)
@@ -379,7 +381,7 @@ def _run_granularity(g, sources, settings, fp, options, brick_options, store):
         del brick_timers, model_timer
     if not runs:
         return runs, None, failed
-    corpus_row = job.corpus_row(
+    corpus_row = rows.corpus_row(
         g,
         _FUSE.value,
         runs,
@@ -416,9 +418,10 @@ def main(argv: list[str]) -> None:
         inter_op_threads=_INTER.value,
         backend="onnxruntime",
     )
-    from dlbricks_tf import errors, sampling
+    from dlbricks_tf import errors
     from dlbricks_tf.fingerprint import system_fingerprint
-    from dlbricks_tf.report import format_report
+    from dlbricks_tf.measuring import sampling
+    from dlbricks_tf.reporting.report import format_report
     from dlbricks_tf.store import Store
 
     # ORT times each brick alone ("loop"). Copies emulate what a brick

@@ -7,8 +7,8 @@ families (ConvNeXt, DenseNet, EfficientNet, EfficientNetV2,
 Inception/Xception, MobileNet, NASNet, RegNet, ResNet, VGG). For each
 family F:
 
-1. a predictor (`dlbricks_tf.predict`) is fitted on the stored bricks of
-   the other families only, with every signature F uses left out even
+1. a predictor (`dlbricks_tf.estimating.predict`) is fitted on the stored bricks
+   of the other families only, with every signature F uses left out even
    where another family shares it: nothing of F is learnt from;
 2. every brick of F's models is predicted, and each model's estimate
    ("predicted") compared with its end-to-end timing;
@@ -85,11 +85,13 @@ def main(argv):
     if not _DB.value:
         raise app.UsageError("--db is required.")
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
-    from dlbricks_tf import beyond, corpus, split
-    from dlbricks_tf import estimate as estimate_lib
-    from dlbricks_tf import predict as predict_lib
+    from dlbricks_tf import corpus
     from dlbricks_tf.corpus import family
-    from dlbricks_tf.decompose import from_runs, model_graph
+    from dlbricks_tf.cutting import split
+    from dlbricks_tf.cutting.decompose import from_runs, model_graph
+    from dlbricks_tf.estimating import beyond
+    from dlbricks_tf.estimating import estimate as estimate_lib
+    from dlbricks_tf.estimating import predict as predict_lib
     from dlbricks_tf.store import Store
 
     g = _G.value

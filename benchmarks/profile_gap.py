@@ -3,8 +3,8 @@ r"""What a whole model pays that its chained bricks do not, per op type.
 TensorFlow's profiler (`tf.profiler.experimental`) records every op the
 runtime executes. This script profiles, in one process and under the same
 thread pools, (a) the whole model in its timing loop and (b) its unique
-bricks in one chain (`dlbricks_tf.chain`), and prints per op type the time
-per model call: the whole model's, the chain's weighted by each brick's
+bricks in one chain (`dlbricks_tf.measuring.chain`), and prints per op type the
+time per model call: the whole model's, the chain's weighted by each brick's
 count in the model, and their ratio. The op types where the two differ are
 what the estimate misses (or counts twice).
 
@@ -90,10 +90,11 @@ def main(argv: list[str]) -> None:
         1, intra_op_threads=_INTRA.value
     )
     settings_lib.configure_threads(settings.intra_op_threads, 1)
-    from dlbricks_tf import corpus, timing
-    from dlbricks_tf import suite as suite_lib
-    from dlbricks_tf.chain import ChainTimer
-    from dlbricks_tf.decompose import decompose
+    from dlbricks_tf import corpus
+    from dlbricks_tf.cutting import suite as suite_lib
+    from dlbricks_tf.cutting.decompose import decompose
+    from dlbricks_tf.measuring import timing
+    from dlbricks_tf.measuring.chain import ChainTimer
 
     name, n = _MODEL.value, _ITERATIONS.value
     model = corpus.application(name)

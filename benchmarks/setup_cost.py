@@ -2,12 +2,12 @@ r"""Where a brick campaign's setup goes, per unique brick.
 
 The setup of a campaign is what no sampling cap shortens: building each
 brick (a `keras.Model` on its model's own layers, or fresh ones from its
-layer configs with --nolive_layers), its synthetic inputs,
-the memory check, tracing its chain (`dlbricks_tf.chain`), and the chain's
+layer configs with --nolive_layers), its synthetic inputs, the memory
+check, tracing its chain (`dlbricks_tf.measuring.chain`), and the chain's
 first call (grappler, instantiation, oneDNN primitives) and warm-up call.
-This script runs `dlbricks_tf.campaign.time_chains` on the unique bricks
-of the given models, with three samples per chain, and prints the seconds
-of each part per unique brick (wall-clock, this process alone).
+This script runs `dlbricks_tf.measuring.campaign.time_chains` on the unique
+bricks of the given models, with three samples per chain, and prints the
+seconds of each part per unique brick (wall-clock, this process alone).
 
 Usage:
     python -m benchmarks.setup_cost --models=MobileNetV2,EfficientNetB0 \
@@ -68,11 +68,12 @@ def main(argv: list[str]) -> None:
         batch_size=1, intra_op_threads=_INTRA.value, inter_op_threads=1
     )
     settings_lib.configure_threads(_INTRA.value, 1)
-    import keras
 
-    from dlbricks_tf import brick, campaign, chain, corpus, memory, synthetic
-    from dlbricks_tf.decompose import decompose
-    from dlbricks_tf.timing import TimingOptions
+    from dlbricks_tf import corpus
+    from dlbricks_tf.cutting import brick, synthetic
+    from dlbricks_tf.cutting.decompose import decompose
+    from dlbricks_tf.measuring import campaign, chain, memory
+    from dlbricks_tf.measuring.timing import TimingOptions
 
     bricks, sources = {}, {}
     for name in _MODELS.value:

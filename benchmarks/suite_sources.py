@@ -37,11 +37,12 @@ def main(argv: list[str]) -> None:
 
     settings = settings_lib.RunSettings.default(1)
     settings_lib.configure_threads(settings.intra_op_threads, 1)
-    from dlbricks_tf import bench, corpus, export, suite_bench, suite_dir
-    from dlbricks_tf import estimate as estimate_lib
-    from dlbricks_tf import suite as suite_lib
-    from dlbricks_tf.decompose import decompose
+    from dlbricks_tf import bench, corpus
+    from dlbricks_tf.cutting import suite as suite_lib
+    from dlbricks_tf.cutting.decompose import decompose
+    from dlbricks_tf.estimating import estimate as estimate_lib
     from dlbricks_tf.fingerprint import system_fingerprint
+    from dlbricks_tf.portable import export, suite_bench, suite_dir
     from dlbricks_tf.store import Store
 
     decompositions = {

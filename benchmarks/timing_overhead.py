@@ -56,7 +56,8 @@ def main(argv: list[str]) -> None:
     settings_lib.configure_threads(
         settings.intra_op_threads, settings.inter_op_threads
     )
-    from dlbricks_tf import stats, timing, timing_loop
+    from dlbricks_tf import stats
+    from dlbricks_tf.measuring import timing, timing_loop
 
     ks = [int(k) for k in _KS.value]
     print(f"settings {settings.key()}")

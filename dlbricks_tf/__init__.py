@@ -12,9 +12,15 @@ Example:
     ...     print(b.layers, b.signature)
     >>> brick_model = d.bricks[5].build(batch_size=1)
 
-The public API is imported on first use: importing the package (or a
-module of it that needs no Keras, such as `dlbricks_tf.ort_timing` or the
-store) does not import TensorFlow.
+The modules are grouped by the stage of the pipeline they serve:
+`cutting`, `measuring`, `portable` (exported suites), `estimating`,
+`reporting` and `analyzing` (the corpus analysis); what every stage uses
+(`errors`, `stats`, `settings`, `store`, ...) and the whole job (`job`,
+`bench`) are modules of the package itself.
+
+The public API is imported on first use: importing the package, any of
+its subpackages, or a module that needs no Keras (such as the store or
+`dlbricks_tf.measuring.ort_timing`) does not import TensorFlow.
 """
 
 import importlib
@@ -23,13 +29,13 @@ import types
 
 # Public name -> the module that defines it.
 _PUBLIC = {
-    "Brick": "dlbricks_tf.brick",
-    "Decomposition": "dlbricks_tf.decompose",
+    "Brick": "dlbricks_tf.cutting.brick",
+    "Decomposition": "dlbricks_tf.cutting.decompose",
     "DecompositionError": "dlbricks_tf.errors",
     "Error": "dlbricks_tf.errors",
     "LoadError": "dlbricks_tf.errors",
-    "TensorSpec": "dlbricks_tf.graph",
-    "decompose": "dlbricks_tf.decompose",
+    "TensorSpec": "dlbricks_tf.cutting.graph",
+    "decompose": "dlbricks_tf.cutting.decompose",
 }
 
 __all__ = sorted(_PUBLIC)
@@ -46,13 +52,6 @@ class _Package(types.ModuleType):
         value = getattr(importlib.import_module(_PUBLIC[name]), name)
         super().__setattr__(name, value)
         return value
-
-    def __setattr__(self, name: str, value) -> None:
-        # Importing the submodule dlbricks_tf.decompose binds it to the
-        # package's attribute `decompose`: the function keeps the name.
-        if name in _PUBLIC and isinstance(value, types.ModuleType):
-            return
-        super().__setattr__(name, value)
 
     def __dir__(self) -> list[str]:
         return sorted({*super().__dir__(), *_PUBLIC})

@@ -1,10 +1,10 @@
 """Bench: time the bricks of a suite that the store does not hold yet.
 
 Each brick is built fresh (`brick.build(batch_size)`) and timed: under the
-chain protocol many bricks at once in chains (`dlbricks_tf.campaign`),
+chain protocol many bricks at once in chains (`dlbricks_tf.measuring.campaign`),
 committed chain by chain; under the loop protocol one at a time with the
-harness of `dlbricks_tf.timing`, committed brick by brick. Either way a
-campaign stopped half way resumes where it stopped and a new model costs
+harness of `dlbricks_tf.measuring.timing`, committed brick by brick. Either way
+a campaign stopped half way resumes where it stopped and a new model costs
 only its new bricks.
 
 Loop protocol: a brick whose median does not settle within the sampling
@@ -12,7 +12,7 @@ caps (a noisy machine) is measured once more, with fresh samples; if the
 second timing does not settle either, the more precise of the two is
 stored flagged `noisy` (and a later run measures it again, see
 `Store.missing`). Chain protocol: a brick is flagged only when it keeps
-some model's estimate from its precision (`dlbricks_tf.precision`).
+some model's estimate from its precision (`dlbricks_tf.measuring.precision`).
 
 A brick that cannot be loaded, built or timed (any error but the store's
 own) does not stop the suite: it is recorded as failed in the store, with
@@ -40,12 +40,13 @@ from collections.abc import Callable, Iterable
 from types import FrameType
 from typing import Any
 
-from dlbricks_tf import errors, timing
+from dlbricks_tf import errors
 from dlbricks_tf import settings as settings_lib
+from dlbricks_tf.cutting.suite import Suite
 from dlbricks_tf.fingerprint import SystemFingerprint
+from dlbricks_tf.measuring import timing
 from dlbricks_tf.stats import Timing
 from dlbricks_tf.store import Store, StoreError
-from dlbricks_tf.suite import Suite
 
 # Longest failure reason kept (ONNX Runtime's messages can run long).
 _MAX_REASON = 500
@@ -134,15 +135,16 @@ def time_suite(
             `StopSignals`). The brick in flight is always finished first.
         measure: Times one suite entry (called again to re-measure it);
             by default its brick is built and timed with `options` by
-            `dlbricks_tf.timing.time_model` (see also
-            `dlbricks_tf.suite_bench.measurer`). Under the chain protocol
-            (`settings.protocol == "chain"`) and without `measure`, bricks
-            are timed in chains instead (`dlbricks_tf.campaign`), to the
-            precision of the estimates of the models the suite counts
-            (each chain's sum for a suite without counts).
+            `dlbricks_tf.measuring.timing.time_model` (see also
+            `dlbricks_tf.portable.suite_bench.measurer`). Under the chain
+            protocol (`settings.protocol == "chain"`) and without `measure`,
+            bricks are timed in chains instead
+            (`dlbricks_tf.measuring.campaign`), to the precision of the
+            estimates of the models the suite counts (each chain's sum for a
+            suite without counts).
         build: Under the chain protocol, returns an entry's runnable
             `keras.Model` (default: `entry.brick.build(batch_size)`; see
-            `dlbricks_tf.suite_bench.builder`).
+            `dlbricks_tf.portable.suite_bench.builder`).
         on_failure: Called with (signature, reason) after a brick that
             could not be loaded, built or timed is recorded as failed.
 
@@ -249,7 +251,7 @@ def _time_chained(
     on_failure: Callable[[str, str], None] | None,
 ) -> BenchSummary:
     """`time_suite` under the chain protocol: chains, committed per chain."""
-    from dlbricks_tf import campaign
+    from dlbricks_tf.measuring import campaign
 
     start = time.perf_counter()
     options = options or timing.TimingOptions()

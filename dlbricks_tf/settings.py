@@ -23,9 +23,10 @@ from dlbricks_tf import errors
 
 BACKENDS = ("tf", "onnxruntime")
 # How bricks are timed: "chain" runs many bricks in one traced function,
-# timed link by link (`dlbricks_tf.chain`); "loop" gives every brick its own
-# traced loop (`dlbricks_tf.timing`, and ONNX Runtime's sessions). Results
-# of one protocol never stand in for the other's: the key differs.
+# timed link by link (`dlbricks_tf.measuring.chain`); "loop" gives every brick
+# its own traced loop (`dlbricks_tf.measuring.timing`, and ONNX Runtime's
+# sessions). Results of one protocol never stand in for the other's: the key
+# differs.
 PROTOCOLS = ("loop", "chain")
 
 

@@ -30,7 +30,8 @@ class Timing:
     """Summary of the latency samples of one model or brick.
 
     All times are milliseconds per call (per model invocation), after the
-    per-sample dispatch overhead has been removed (see `dlbricks_tf.timing`).
+    per-sample dispatch overhead has been removed (see
+    `dlbricks_tf.measuring.timing`).
 
     Attributes:
         min_ms: Fastest sample.

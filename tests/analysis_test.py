@@ -1,4 +1,4 @@
-"""Tests of dlbricks_tf/analysis.py: the corpus figures, computed."""
+"""Tests of dlbricks_tf/analyzing/analysis.py: the corpus figures, computed."""
 
 import math
 from types import SimpleNamespace
@@ -8,7 +8,7 @@ import pytest
 from keras import layers
 
 import dlbricks_tf
-from dlbricks_tf import analysis
+from dlbricks_tf.analyzing import analysis
 from dlbricks_tf.stats import Timing
 
 

@@ -1,4 +1,4 @@
-"""Tests of dlbricks_tf/analyze.py: run_analysis on two tiny models."""
+"""Tests of dlbricks_tf/analyzing/analyze.py: run_analysis on tiny models."""
 
 import csv
 import io
@@ -11,7 +11,7 @@ import tensorflow as tf
 from tensorboard.backend.event_processing import event_accumulator
 
 import dlbricks_tf
-from dlbricks_tf import analyze
+from dlbricks_tf.analyzing import analyze
 from dlbricks_tf.fingerprint import SystemFingerprint
 from dlbricks_tf.settings import RunSettings
 from dlbricks_tf.stats import Timing

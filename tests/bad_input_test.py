@@ -25,8 +25,9 @@ import keras
 import pytest
 
 import dlbricks_tf
-from dlbricks_tf import export, suite
+from dlbricks_tf.cutting import suite
 from dlbricks_tf.fingerprint import system_fingerprint
+from dlbricks_tf.portable import export
 from dlbricks_tf.settings import RunSettings
 from dlbricks_tf.stats import Timing
 from dlbricks_tf.store import Store

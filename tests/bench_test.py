@@ -13,11 +13,12 @@ import sqlite3
 import pytest
 
 import dlbricks_tf
-from dlbricks_tf import bench, timing
-from dlbricks_tf import estimate as estimate_lib
+from dlbricks_tf import bench
 from dlbricks_tf import settings as settings_lib
-from dlbricks_tf import suite as suite_lib
+from dlbricks_tf.cutting import suite as suite_lib
+from dlbricks_tf.estimating import estimate as estimate_lib
 from dlbricks_tf.fingerprint import system_fingerprint
+from dlbricks_tf.measuring import timing
 from dlbricks_tf.stats import Timing
 from dlbricks_tf.store import Store
 from tests import models

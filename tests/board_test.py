@@ -1,4 +1,4 @@
-"""Tests of dlbricks_tf/board.py: every TensorBoard view, read back."""
+"""Tests of dlbricks_tf/reporting/board.py: every TensorBoard view read back."""
 
 import pytest
 import tensorflow as tf
@@ -6,8 +6,9 @@ from tensorboard.backend.event_processing import event_accumulator
 from tensorboard.plugins.hparams import plugin_data_pb2
 
 import dlbricks_tf
-from dlbricks_tf import board, job
-from dlbricks_tf import suite as suite_lib
+from dlbricks_tf import job
+from dlbricks_tf.cutting import suite as suite_lib
+from dlbricks_tf.reporting import board
 from dlbricks_tf.stats import Timing
 from tests import models
 

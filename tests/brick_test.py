@@ -1,4 +1,4 @@
-"""Tests of dlbricks_tf/brick.py: bricks build into fresh keras.Models."""
+"""Tests of dlbricks_tf/cutting/brick.py: bricks build into fresh Models."""
 
 import keras
 import numpy as np
@@ -6,6 +6,7 @@ import pytest
 from keras import layers
 
 import dlbricks_tf
+from dlbricks_tf.cutting import fidelity
 from tests import models
 
 
@@ -49,8 +50,6 @@ def test_a_brick_built_on_its_source_calls_the_source_layers():
     x = np.random.default_rng(0).random((1, 16, 16, 3), "float32")
     expected = built(x)
     copy = brick.build(1)
-    from dlbricks_tf import fidelity
-
     fidelity.copy_weights(model, brick, copy)
     np.testing.assert_allclose(copy(x), expected, rtol=1e-5, atol=1e-6)
     with pytest.raises(ValueError, match="keeps its names"):

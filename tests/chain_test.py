@@ -1,4 +1,4 @@
-"""Tests for dlbricks_tf/chain.py and dlbricks_tf/campaign.py.
+"""Tests for dlbricks_tf/measuring/chain.py and campaign.py.
 
 Figures are checked for what the protocol promises (one positive figure per
 brick, the link cost subtracted, commits per chain), never against a time.
@@ -10,10 +10,10 @@ import keras
 import pytest
 
 import dlbricks_tf
-from dlbricks_tf import campaign, chain, timing
-from dlbricks_tf import estimate as estimate_lib
 from dlbricks_tf import settings as settings_lib
-from dlbricks_tf import suite as suite_lib
+from dlbricks_tf.cutting import suite as suite_lib
+from dlbricks_tf.estimating import estimate as estimate_lib
+from dlbricks_tf.measuring import campaign, chain, timing
 from tests import models
 
 
@@ -285,7 +285,9 @@ def test_a_killed_chain_loses_only_its_own_samples(tmp_path):
         from dlbricks_tf import settings as settings_lib
         settings_lib.configure_threads(1, 1)
         import dlbricks_tf
-        from dlbricks_tf import bench, suite, timing
+        from dlbricks_tf import bench
+        from dlbricks_tf.measuring import timing
+        from dlbricks_tf.cutting import suite
         from dlbricks_tf.fingerprint import system_fingerprint
         from dlbricks_tf.store import Store
         from tests import models

@@ -1,4 +1,4 @@
-"""Tests of dlbricks_tf/charts.py: PNGs that decode at the expected size."""
+"""Tests of dlbricks_tf/reporting/charts.py: PNGs that decode at their size."""
 
 import io
 
@@ -6,7 +6,7 @@ import matplotlib.image
 import numpy as np
 import pytest
 
-from dlbricks_tf import charts
+from dlbricks_tf.reporting import charts
 
 NAMES = [f"Model{i}" for i in range(6)]
 

@@ -1,4 +1,4 @@
-"""Tests of dlbricks_tf/compare.py and its TensorBoard view, on a real store."""
+"""Tests of dlbricks_tf/reporting/compare.py and its TensorBoard view."""
 
 import dataclasses
 from types import SimpleNamespace
@@ -7,8 +7,8 @@ import pytest
 import tensorflow as tf
 from tensorboard.backend.event_processing import event_accumulator
 
-from dlbricks_tf import board, compare
 from dlbricks_tf.fingerprint import SystemFingerprint
+from dlbricks_tf.reporting import board, compare
 from dlbricks_tf.settings import RunSettings
 from dlbricks_tf.stats import Timing
 from dlbricks_tf.store import Store

@@ -1,4 +1,4 @@
-"""Tests for dlbricks_tf/cover.py: covers by stored bricks of several G.
+"""Tests for dlbricks_tf/estimating/cover.py: covers by bricks of several G.
 
 The stores are real SQLite stores written by hand with chosen timings; the
 models are real Keras models from tests/models.py.
@@ -7,10 +7,10 @@ models are real Keras models from tests/models.py.
 import numpy as np
 import pytest
 
-from dlbricks_tf import cover as cover_lib
-from dlbricks_tf import estimate as estimate_lib
-from dlbricks_tf import split
-from dlbricks_tf.decompose import Cutter, decompose, model_graph
+from dlbricks_tf.cutting import split
+from dlbricks_tf.cutting.decompose import Cutter, decompose, model_graph
+from dlbricks_tf.estimating import cover as cover_lib
+from dlbricks_tf.estimating import estimate as estimate_lib
 from dlbricks_tf.fingerprint import SystemFingerprint
 from dlbricks_tf.settings import RunSettings
 from dlbricks_tf.stats import Timing

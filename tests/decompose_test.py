@@ -49,7 +49,7 @@ def test_fresh_weights_do_not_reproduce_the_model():
     model, inputs = models.chain()
     d = dlbricks_tf.decompose(model, granularity=2)
     built = [b.build(batch_size=2) for b in d.bricks]
-    got = dlbricks_tf.fidelity.evaluate(d, built, inputs)
+    got = dlbricks_tf.cutting.fidelity.evaluate(d, built, inputs)
     want = model(inputs[0], training=False)
     assert not np.allclose(np.asarray(got[0]), np.asarray(want), atol=1e-6)
 
@@ -178,7 +178,7 @@ def test_bad_granularity_is_a_value_error(bad):
 def test_public_names_stay_the_api_once_their_modules_are_imported():
     import importlib
 
-    module = importlib.import_module("dlbricks_tf.decompose")
+    module = importlib.import_module("dlbricks_tf.cutting.decompose")
     assert dlbricks_tf.decompose is module.decompose
     from dlbricks_tf import decompose
 

@@ -1,10 +1,10 @@
-"""Tests for dlbricks_tf/estimate.py."""
+"""Tests for dlbricks_tf/estimating/estimate.py."""
 
 from types import SimpleNamespace
 
 import pytest
 
-from dlbricks_tf import estimate as estimate_lib
+from dlbricks_tf.estimating import estimate as estimate_lib
 from dlbricks_tf.stats import Timing
 
 

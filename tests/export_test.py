@@ -1,4 +1,4 @@
-"""Tests of dlbricks_tf/export.py: a suite folder that others can run.
+"""Tests of dlbricks_tf/portable/export.py: a suite folder that others can run.
 
 Two small models get private names (a marker no file may contain), their
 unique bricks are exported, and a separate Python process that cannot
@@ -24,16 +24,9 @@ import numpy as np
 import pytest
 
 import dlbricks_tf
-from dlbricks_tf import (
-    export,
-    fingerprint,
-    settings,
-    stats,
-    store,
-    suite,
-    suite_dir,
-    synthetic,
-)
+from dlbricks_tf import fingerprint, settings, stats, store
+from dlbricks_tf.cutting import suite, synthetic
+from dlbricks_tf.portable import export, suite_dir
 from tests import models
 from tests.cli import dlbricks
 
@@ -368,7 +361,9 @@ def test_old_record_without_onnx_check_is_exported_again(exported, tmp_path):
 
 
 def test_gelu_converts_and_an_unconvertible_brick_is_named(tmp_path):
-    from dlbricks_tf import bench, suite_bench, timing
+    from dlbricks_tf import bench
+    from dlbricks_tf.measuring import timing
+    from dlbricks_tf.portable import suite_bench
 
     inp = keras.Input((16,))
     x = keras.layers.Dense(32, activation="gelu")(inp)  # Exact GELU: Erfc.
@@ -441,7 +436,7 @@ def test_export_command_writes_suite_and_recipes(cli_export, sources):
 
 
 def test_estimate_command_from_recipes(cli_export, tmp_path, capsys):
-    from dlbricks_tf import recipe
+    from dlbricks_tf.portable import recipe
 
     out, _ = cli_export
     recipes = sorted(str(p) for p in (out / "recipes").iterdir())

@@ -28,10 +28,12 @@ import keras
 import pytest
 
 import dlbricks_tf
-from dlbricks_tf import job, report, timing
+from dlbricks_tf import job
 from dlbricks_tf import settings as settings_lib
-from dlbricks_tf import suite as suite_lib
+from dlbricks_tf.cutting import suite as suite_lib
 from dlbricks_tf.fingerprint import system_fingerprint
+from dlbricks_tf.measuring import timing
+from dlbricks_tf.reporting import report
 from dlbricks_tf.stats import Timing
 from dlbricks_tf.store import Store
 from tests import models
@@ -220,7 +222,9 @@ _SHARD_WRITER = textwrap.dedent(
     from dlbricks_tf import settings as settings_lib
     settings_lib.configure_threads(1, 1)
     import dlbricks_tf
-    from dlbricks_tf import bench, suite as suite_lib, timing
+    from dlbricks_tf import bench
+    from dlbricks_tf.measuring import timing
+    from dlbricks_tf.cutting import suite as suite_lib
     from dlbricks_tf.fingerprint import system_fingerprint
     from dlbricks_tf.store import Store
 

@@ -34,9 +34,11 @@ import keras
 import pytest
 
 import dlbricks_tf
-from dlbricks_tf import errors, export, graph, loading, recipe, suite
-from dlbricks_tf import suite_dir as suite_dir_lib
+from dlbricks_tf import errors
+from dlbricks_tf.cutting import graph, loading, suite
 from dlbricks_tf.fingerprint import system_fingerprint
+from dlbricks_tf.portable import export, recipe
+from dlbricks_tf.portable import suite_dir as suite_dir_lib
 from dlbricks_tf.settings import RunSettings
 from dlbricks_tf.stats import Timing
 from dlbricks_tf.store import Store

@@ -1,4 +1,4 @@
-"""Tests of dlbricks_tf/graph.py: the Keras config walked into calls."""
+"""Tests of dlbricks_tf/cutting/graph.py: the Keras config walked into calls."""
 
 import keras
 import numpy as np
@@ -6,7 +6,7 @@ import pytest
 from keras import layers
 
 import dlbricks_tf
-from dlbricks_tf import graph, loading
+from dlbricks_tf.cutting import graph, loading
 from tests import models
 
 

@@ -17,16 +17,11 @@ import numpy as np
 import pytest
 
 import dlbricks_tf
-from dlbricks_tf import (
-    bench,
-    corpus,
-    export,
-    suite,
-    suite_bench,
-    suite_dir,
-    timing,
-)
+from dlbricks_tf import bench, corpus
+from dlbricks_tf.cutting import suite
 from dlbricks_tf.fingerprint import system_fingerprint
+from dlbricks_tf.measuring import timing
+from dlbricks_tf.portable import export, suite_bench, suite_dir
 from dlbricks_tf.settings import RunSettings
 from dlbricks_tf.store import Store
 from tests import models

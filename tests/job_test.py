@@ -11,9 +11,11 @@ import math
 
 import pytest
 
-from dlbricks_tf import job, report, timing
+from dlbricks_tf import job
 from dlbricks_tf import settings as settings_lib
 from dlbricks_tf.fingerprint import system_fingerprint
+from dlbricks_tf.measuring import timing
+from dlbricks_tf.reporting import report
 from dlbricks_tf.stats import Timing
 from dlbricks_tf.store import Store
 from tests import models
@@ -219,7 +221,7 @@ def test_a_brick_that_cannot_be_timed_is_recorded_and_the_rest_go_on(
 
 
 def test_recipes_and_decompositions_estimate_alike(files):
-    from dlbricks_tf import recipe
+    from dlbricks_tf.portable import recipe
 
     (source,) = job.resolve_models([files["chain"]])
     d = source.decompose(1)
@@ -235,7 +237,7 @@ def test_recipes_and_decompositions_estimate_alike(files):
 
 
 def test_corpus_row_keeps_the_wall_clock_figures_in_order(files):
-    from dlbricks_tf import suite as suite_lib
+    from dlbricks_tf.cutting import suite as suite_lib
 
     (source,) = job.resolve_models([files["chain"]])
     d = source.decompose(1)

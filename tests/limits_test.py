@@ -20,8 +20,10 @@ import keras
 import pytest
 
 import dlbricks_tf
-from dlbricks_tf import errors, export, limits, loading, recipe, suite
-from dlbricks_tf import suite_dir as suite_dir_lib
+from dlbricks_tf import errors, limits
+from dlbricks_tf.cutting import loading, suite
+from dlbricks_tf.portable import export, recipe
+from dlbricks_tf.portable import suite_dir as suite_dir_lib
 from tests import cli
 
 

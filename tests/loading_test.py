@@ -1,4 +1,4 @@
-"""Tests of dlbricks_tf/loading.py: models from files, configs only."""
+"""Tests of dlbricks_tf/cutting/loading.py: models from files, configs only."""
 
 import json
 import zipfile
@@ -6,7 +6,7 @@ import zipfile
 import pytest
 
 import dlbricks_tf
-from dlbricks_tf import loading
+from dlbricks_tf.cutting import loading
 from tests import models
 
 

@@ -1,4 +1,4 @@
-"""Tests of dlbricks_tf/memory.py: refusing what cannot fit, up front.
+"""Tests of dlbricks_tf/measuring/memory.py: refusing what cannot fit, up front.
 
 The estimate of a small model is checked byte for byte (weights, inputs,
 largest activation); a timing that would exceed the memory given is
@@ -17,8 +17,8 @@ import sys
 import keras
 import pytest
 
-from dlbricks_tf import memory, timing
 from dlbricks_tf import settings as settings_lib
+from dlbricks_tf.measuring import memory, timing
 from tests import cli
 
 

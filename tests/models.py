@@ -11,7 +11,7 @@ import numpy as np
 from keras import layers, ops
 
 import dlbricks_tf
-from dlbricks_tf import fidelity
+from dlbricks_tf.cutting import fidelity
 
 _RNG = np.random.default_rng(0)
 

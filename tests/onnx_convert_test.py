@@ -1,4 +1,4 @@
-"""Tests of dlbricks_tf.onnx_convert against real ONNX Runtime sessions."""
+"""Tests of dlbricks_tf.measuring.onnx_convert against ONNX Runtime."""
 
 import keras
 import numpy as np
@@ -6,7 +6,7 @@ import onnxruntime as ort
 import pytest
 
 import dlbricks_tf
-from dlbricks_tf import onnx_convert
+from dlbricks_tf.measuring import onnx_convert
 from tests import models
 
 

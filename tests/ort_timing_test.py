@@ -1,4 +1,4 @@
-"""Tests for dlbricks_tf/ort_timing.py, and for explicit TF id bounds.
+"""Tests for dlbricks_tf/measuring/ort_timing.py, and for explicit TF id bounds.
 
 Real ONNX Runtime sessions on small converted models; no test asserts a
 speed. The protocol is checked by counting: ORT's own profiler records one
@@ -23,9 +23,11 @@ import tensorflow as tf
 from keras import layers
 
 import dlbricks_tf
-from dlbricks_tf import errors, ort_timing, store, synthetic, timing
+from dlbricks_tf import errors, store
 from dlbricks_tf import settings as settings_lib
+from dlbricks_tf.cutting import synthetic
 from dlbricks_tf.fingerprint import system_fingerprint
+from dlbricks_tf.measuring import ort_timing, timing
 from tests import models
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -308,7 +310,8 @@ def test_missing_onnxruntime_is_a_one_line_error(tmp_path):
     )
     script = textwrap.dedent(
         """
-        from dlbricks_tf import errors, ort_timing, settings
+        from dlbricks_tf import errors, settings
+        from dlbricks_tf.measuring import ort_timing
         s = settings.RunSettings(1, 1, 1, backend="onnxruntime")
         try:
             ort_timing.session_for("missing.onnx", s)
@@ -345,7 +348,7 @@ def test_importing_ort_timing_imports_no_tensorflow():
     script = textwrap.dedent(
         """
         import sys
-        from dlbricks_tf import ort_timing
+        from dlbricks_tf.measuring import ort_timing
         assert issubclass(ort_timing.MeasurementError, Exception)
         print(sorted(m for m in ("tensorflow", "keras") if m in sys.modules))
         """

@@ -1,10 +1,10 @@
-"""Tests for dlbricks_tf/precision.py (no TensorFlow)."""
+"""Tests for dlbricks_tf/measuring/precision.py (no TensorFlow)."""
 
 import math
 
 import pytest
 
-from dlbricks_tf import precision
+from dlbricks_tf.measuring import precision
 from dlbricks_tf.stats import summarize
 
 

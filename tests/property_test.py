@@ -57,8 +57,8 @@ from hypothesis import strategies as st
 from keras import layers, ops
 
 import dlbricks_tf
-from dlbricks_tf import brick as brick_lib
-from dlbricks_tf import fidelity
+from dlbricks_tf.cutting import brick as brick_lib
+from dlbricks_tf.cutting import fidelity
 from tests import models
 
 _EXAMPLES = int(os.environ.get("DLBRICKS_PROPERTY_EXAMPLES") or 0)
@@ -796,7 +796,7 @@ def test_bricks_build_run_and_reproduce_the_model(capsys, record_property):
     )
     seen: dict = {}  # Signature -> (weights, inputs, outputs) of a brick.
 
-    # fuse: fusion units kept whole (dlbricks_tf.split.fusion_units).
+    # fuse: fusion units kept whole (dlbricks_tf.cutting.split.fusion_units).
     @_property(default_examples=80, fuse=st.booleans())
     def check(plan, granularity, fuse):
         keras.backend.clear_session()

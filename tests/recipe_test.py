@@ -1,4 +1,4 @@
-"""Tests of dlbricks_tf/recipe.py: a model's bricks without the model.
+"""Tests of dlbricks_tf/portable/recipe.py: a model's bricks without the model.
 
 A recipe saved and loaded again must give the same estimates, sequential
 and parallel, as the decomposition it came from, on a real store.
@@ -12,8 +12,10 @@ import json
 import pytest
 
 import dlbricks_tf
-from dlbricks_tf import estimate as estimate_lib
-from dlbricks_tf import fingerprint, recipe, settings, stats, store, suite
+from dlbricks_tf import fingerprint, settings, stats, store
+from dlbricks_tf.cutting import suite
+from dlbricks_tf.estimating import estimate as estimate_lib
+from dlbricks_tf.portable import recipe
 from tests import models
 
 

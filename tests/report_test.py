@@ -1,9 +1,9 @@
-"""Tests of dlbricks_tf/report.py: the text tables of a job."""
+"""Tests of dlbricks_tf/reporting/report.py: the text tables of a job."""
 
 import pytest
 
 import dlbricks_tf
-from dlbricks_tf import report
+from dlbricks_tf.reporting import report
 from tests import models
 
 REPORT = {

@@ -1,4 +1,4 @@
-"""Tests for dlbricks_tf/sampling.py: the stopping rule, rounds, options.
+"""Tests for dlbricks_tf/measuring/sampling.py: stop rule, rounds, options.
 
 Timers here are fakes that return given samples: no model runs. That
 importing the ORT timer (and so this module) imports no TensorFlow is
@@ -7,7 +7,8 @@ checked in ort_timing_test.py.
 
 import pytest
 
-from dlbricks_tf import sampling, stats, timing
+from dlbricks_tf import stats
+from dlbricks_tf.measuring import sampling, timing
 
 
 class FakeTimer(sampling.AdaptiveSampling):

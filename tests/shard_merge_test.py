@@ -18,8 +18,8 @@ from pathlib import Path
 import pytest
 
 import dlbricks_tf
+from dlbricks_tf.cutting.suite import Suite, build_suite
 from dlbricks_tf.store import Store
-from dlbricks_tf.suite import Suite, build_suite
 from tests import models
 from tests.cli import FAST, dlbricks
 

@@ -1,11 +1,11 @@
-"""Tests of dlbricks_tf/signature.py: when two bricks are the same."""
+"""Tests of dlbricks_tf/cutting/signature.py: when two bricks are the same."""
 
 import keras
 import pytest
 from keras import layers
 
 import dlbricks_tf
-from dlbricks_tf import signature
+from dlbricks_tf.cutting import signature
 
 
 def _net(

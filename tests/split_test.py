@@ -1,10 +1,10 @@
-"""Tests of dlbricks_tf/split.py: the paper's Algorithms 1 and 2."""
+"""Tests of dlbricks_tf/cutting/split.py: the paper's Algorithms 1 and 2."""
 
 import keras
 import pytest
 from keras import layers
 
-from dlbricks_tf import graph, loading, split
+from dlbricks_tf.cutting import graph, loading, split
 
 
 def _graph(model):

@@ -12,9 +12,9 @@ from pathlib import Path
 import pytest
 from tensorboard.backend.event_processing import event_accumulator
 
-from dlbricks_tf import recipe as recipe_lib
-from dlbricks_tf import suite_bench, suite_dir
 from dlbricks_tf.fingerprint import system_fingerprint
+from dlbricks_tf.portable import recipe as recipe_lib
+from dlbricks_tf.portable import suite_bench, suite_dir
 from dlbricks_tf.settings import RunSettings
 from dlbricks_tf.store import Store
 from tests import models
@@ -140,7 +140,7 @@ def test_measurer_times_a_saved_model_in_process(exported):
     # The library path the CLI uses, on TF, without a subprocess.
     _, suite, _ = exported
     entry = suite_dir.load_suite(suite).entries[0]
-    from dlbricks_tf import timing
+    from dlbricks_tf.measuring import timing
 
     options = timing.TimingOptions(
         min_samples=3, max_samples=5, max_seconds=0.2

@@ -1,4 +1,4 @@
-"""Tests of dlbricks_tf/suite_check.py: suite bricks checked before they run.
+"""Tests of dlbricks_tf/portable/suite_check.py: checks before bricks run.
 
 A suite exported from the test models (real SavedModels and ONNX files)
 passes every check on both backends. Then its author plants, as an author
@@ -26,15 +26,10 @@ import tensorflow as tf
 from onnx import external_data_helper
 
 import dlbricks_tf
-from dlbricks_tf import (
-    export,
-    suite,
-    suite_bench,
-    suite_check,
-    suite_dir,
-    timing,
-)
 from dlbricks_tf import settings as settings_lib
+from dlbricks_tf.cutting import suite
+from dlbricks_tf.measuring import timing
+from dlbricks_tf.portable import export, suite_bench, suite_check, suite_dir
 from tests import cli, models
 
 

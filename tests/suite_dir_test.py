@@ -1,4 +1,4 @@
-"""Tests of dlbricks_tf/suite_dir.py: reading and checking a suite folder.
+"""Tests of dlbricks_tf/portable/suite_dir.py: reading and checking a folder.
 
 A suite of three small models (float, integer-id and mask inputs) is
 exported once; each test breaks a copy of it in one way, or reads it.
@@ -16,7 +16,10 @@ import numpy as np
 import pytest
 
 import dlbricks_tf
-from dlbricks_tf import export, settings, suite, suite_dir, synthetic, timing
+from dlbricks_tf import settings
+from dlbricks_tf.cutting import suite, synthetic
+from dlbricks_tf.measuring import timing
+from dlbricks_tf.portable import export, suite_dir
 from tests import models
 
 G = 2

@@ -1,10 +1,10 @@
-"""Tests for dlbricks_tf/suite.py."""
+"""Tests for dlbricks_tf/cutting/suite.py."""
 
 from types import SimpleNamespace
 
 import pytest
 
-from dlbricks_tf import suite as suite_lib
+from dlbricks_tf.cutting import suite as suite_lib
 
 
 def _decomposition(name, signatures):

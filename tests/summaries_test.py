@@ -1,10 +1,10 @@
-"""Tests of dlbricks_tf/summaries.py: TensorBoard events, read back."""
+"""Tests of dlbricks_tf/reporting/summaries.py: TensorBoard events read back."""
 
 import pytest
 import tensorflow as tf
 from tensorboard.backend.event_processing import event_accumulator
 
-from dlbricks_tf import charts, summaries
+from dlbricks_tf.reporting import charts, summaries
 
 
 def read_run(path) -> event_accumulator.EventAccumulator:

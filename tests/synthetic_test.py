@@ -1,11 +1,11 @@
-"""Tests for dlbricks_tf/synthetic.py."""
+"""Tests for dlbricks_tf/cutting/synthetic.py."""
 
 import keras
 import numpy as np
 import pytest
 from keras import layers
 
-from dlbricks_tf import synthetic
+from dlbricks_tf.cutting import synthetic
 
 
 def _mixed_model():

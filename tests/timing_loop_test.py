@@ -1,4 +1,4 @@
-"""Tests for dlbricks_tf/timing_loop.py.
+"""Tests for dlbricks_tf/measuring/timing_loop.py.
 
 The loops must run the model exactly K times per sample: a stateful counter
 layer (which grappler never prunes or hoists) counts the calls. No speed is
@@ -12,7 +12,8 @@ import tensorflow as tf
 from keras import layers
 
 from dlbricks_tf import settings as settings_lib
-from dlbricks_tf import synthetic, timing_loop
+from dlbricks_tf.cutting import synthetic
+from dlbricks_tf.measuring import timing_loop
 from tests import models
 
 

@@ -1,4 +1,4 @@
-"""Tests for dlbricks_tf/timing.py.
+"""Tests for dlbricks_tf/measuring/timing.py.
 
 No test asserts a speed: timings on a shared machine are noise. The tests
 check the protocol (positive, consistent statistics, sample counts, batches
@@ -13,7 +13,7 @@ import pytest
 from keras import layers
 
 from dlbricks_tf import settings as settings_lib
-from dlbricks_tf import timing
+from dlbricks_tf.measuring import timing
 from tests import models
 
 

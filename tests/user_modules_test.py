@@ -1,4 +1,4 @@
-"""Tests of dlbricks_tf/user_modules.py and the command line's --import.
+"""Tests of dlbricks_tf/cutting/user_modules.py and the command line's --import.
 
 A custom layer lives in a module of a temporary package, registered with
 Keras; a model using it is saved as `.keras`. Without `--import` every
@@ -14,8 +14,9 @@ import textwrap
 import keras
 import pytest
 
-from dlbricks_tf import suite_dir, user_modules
+from dlbricks_tf.cutting import user_modules
 from dlbricks_tf.fingerprint import system_fingerprint
+from dlbricks_tf.portable import suite_dir
 from dlbricks_tf.settings import RunSettings
 from dlbricks_tf.store import Store
 from tests.cli import FAST, dlbricks

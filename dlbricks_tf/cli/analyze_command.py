@@ -2,7 +2,7 @@
 
 Repeatability, layer types, similarity and reuse of --models (default:
 the 40 keras.applications), and the trade-off over G when --db holds
-timings, as files under <out>/analysis (`dlbricks_tf.analyze`).
+timings, as files under <out>/analysis (`dlbricks_tf.analyzing.analyze`).
 """
 
 from __future__ import annotations
@@ -18,8 +18,8 @@ from dlbricks_tf.cli import outputs, shared_flags, startup
 def analyze(sources, gs, safe_mode) -> None:
     """Writes the analysis files and prints where they are."""
     del safe_mode  # run_analysis reads model files in safe mode.
-    from dlbricks_tf import analyze as analyze_lib
     from dlbricks_tf import corpus
+    from dlbricks_tf.analyzing import analyze as analyze_lib
 
     if shared_flags.FUSE.value:
         raise app.UsageError(

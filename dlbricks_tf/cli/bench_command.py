@@ -67,7 +67,7 @@ flags.register_multi_flags_validator(
 def bench(sources, gs, safe_mode) -> None:
     """Times what the store lacks of --models' bricks (or of --suite)."""
     from dlbricks_tf import bench as bench_lib
-    from dlbricks_tf import suite
+    from dlbricks_tf.cutting import suite
     from dlbricks_tf.fingerprint import system_fingerprint
 
     if shared_flags.SUITE.value:
@@ -108,8 +108,8 @@ def bench(sources, gs, safe_mode) -> None:
 def _bench_suite_dir(folder: str) -> None:
     """bench --suite: time an exported suite folder, no model needed."""
     from dlbricks_tf import bench as bench_lib
-    from dlbricks_tf import suite_bench, suite_check, suite_dir
     from dlbricks_tf.fingerprint import system_fingerprint
+    from dlbricks_tf.portable import suite_bench, suite_check, suite_dir
 
     _, db, _ = outputs.paths()
     suite = suite_dir.load_suite(folder)  # Checks every file's hash.
@@ -121,7 +121,7 @@ def _bench_suite_dir(folder: str) -> None:
         protocol=timing_flags.protocol(backend),
     )
     if settings.backend == "onnxruntime":
-        from dlbricks_tf import ort_timing
+        from dlbricks_tf.measuring import ort_timing
 
         ort_timing.require_onnxruntime()  # One line if ONNX Runtime is missing.
     _, brick_options = timing_flags.options()

@@ -13,7 +13,7 @@ LIST_BRICKS = flags.DEFINE_bool(
 
 def decompose(sources, gs, safe_mode) -> None:
     """Prints the bricks (layers, classes, inputs, signature) per G."""
-    from dlbricks_tf import report
+    from dlbricks_tf.reporting import report
 
     startup.start_tensorflow()
     for g in gs:

@@ -69,7 +69,7 @@ def estimate(sources, gs, safe_mode) -> None:
             )
     _print(rows)
     if COVER.value or PREDICT.value:
-        from dlbricks_tf import board
+        from dlbricks_tf.reporting import board
 
         outputs.make_dirs(logdir)
         board.write_estimates(logdir, rows)
@@ -78,7 +78,8 @@ def estimate(sources, gs, safe_mode) -> None:
 
 def _estimate_beyond(sources, g, settings, fp, store, safe_mode) -> list:
     """estimate --cover/--predict: rows that say where each estimate is from."""
-    from dlbricks_tf import beyond, corpus, job
+    from dlbricks_tf import corpus, job
+    from dlbricks_tf.estimating import beyond
 
     training = []
     if PREDICT.value:  # The models the store timed teach the predictor too.
@@ -101,9 +102,9 @@ def _estimate_beyond(sources, g, settings, fp, store, safe_mode) -> list:
 def _estimate_recipes(paths: list[str]) -> None:
     """estimate --recipe: models rebuilt from recipes and the store alone."""
     from dlbricks_tf import job
-    from dlbricks_tf import recipe as recipe_lib
     from dlbricks_tf import settings as settings_lib
     from dlbricks_tf.fingerprint import system_fingerprint
+    from dlbricks_tf.portable import recipe as recipe_lib
 
     if shared_flags.MODELS.value:
         raise app.UsageError("estimate takes --models or --recipe, not both.")
@@ -131,7 +132,7 @@ def _estimate_recipes(paths: list[str]) -> None:
 
 
 def _print(rows) -> None:
-    from dlbricks_tf import report
+    from dlbricks_tf.reporting import report
 
     print(report.format_estimates(rows))
     if noisy := report.format_noisy(rows):

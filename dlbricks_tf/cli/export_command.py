@@ -24,9 +24,10 @@ RECIPES = flags.DEFINE_string(
 
 def export(sources, gs, safe_mode) -> None:
     """Exports the suite and the recipes, and prints what was written."""
-    from dlbricks_tf import export as export_lib
-    from dlbricks_tf import recipe, suite
-    from dlbricks_tf import split as split_lib
+    from dlbricks_tf.cutting import split as split_lib
+    from dlbricks_tf.cutting import suite
+    from dlbricks_tf.portable import export as export_lib
+    from dlbricks_tf.portable import recipe
 
     if len(gs) > 1:
         raise app.UsageError("export takes one --granularity.")

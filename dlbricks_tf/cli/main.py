@@ -98,7 +98,8 @@ _TAKE_PATHS = frozenset({"merge"})
 
 
 def _main(argv: list[str]) -> None:
-    from dlbricks_tf import job, user_modules
+    from dlbricks_tf import job
+    from dlbricks_tf.cutting import user_modules
 
     # Before any model is read: the modules register the user's layers.
     user_modules.import_modules(shared_flags.IMPORT.value)

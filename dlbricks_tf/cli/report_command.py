@@ -24,7 +24,7 @@ COMPARE = flags.DEFINE_bool(
 
 def report(sources, gs, safe_mode) -> None:
     """Prints report.json as tables, or the comparison of --compare."""
-    from dlbricks_tf import report as report_lib
+    from dlbricks_tf.reporting import report as report_lib
 
     out, db, logdir = outputs.paths()
     if COMPARE.value:
@@ -48,8 +48,8 @@ def report(sources, gs, safe_mode) -> None:
 
 def _compare(sources, gs, safe_mode, db, logdir) -> None:
     """report --compare: each model's estimate per machine and backend."""
-    from dlbricks_tf import board, compare
-    from dlbricks_tf import recipe as recipe_lib
+    from dlbricks_tf.portable import recipe as recipe_lib
+    from dlbricks_tf.reporting import board, compare
 
     recipes, models = shared_flags.RECIPE.value, shared_flags.MODELS.value
     if len(gs) > 1:

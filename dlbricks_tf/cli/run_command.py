@@ -35,8 +35,9 @@ GRAPHS = flags.DEFINE_integer(
 
 def run(sources, gs, safe_mode) -> None:
     """Runs the job at every G of `gs` and prints its tables."""
-    from dlbricks_tf import board, job, report
+    from dlbricks_tf import job
     from dlbricks_tf.fingerprint import system_fingerprint
+    from dlbricks_tf.reporting import board, report
 
     out, db, logdir = outputs.paths()
     outputs.make_dirs(out, logdir)

@@ -1,7 +1,7 @@
 """Flags of how bricks and models are timed (run, bench, measure).
 
 `options()` turns them into `TimingOptions` of whole models and of bricks
-(`dlbricks_tf.sampling.model_and_brick_options`).
+(`dlbricks_tf.measuring.sampling.model_and_brick_options`).
 """
 
 from __future__ import annotations
@@ -103,7 +103,7 @@ def protocol(backend: str) -> str | None:
 
 def options():
     """(options of whole models, options of bricks) from the flags."""
-    from dlbricks_tf import sampling
+    from dlbricks_tf.measuring import sampling
 
     return sampling.model_and_brick_options(
         PROTOCOL.value,

@@ -1,0 +1,299 @@
+"""Estimates beyond the timed bricks: covered and predicted, as report rows.
+
+`estimate_models` is what `dlbricks estimate --cover` and `--predict` run.
+Each row says how its estimate was obtained (`method`):
+
+* "timed": the model cut at G, every brick timed (what `estimate` always
+  did);
+* "covered": a cover by stored bricks of G or fewer steps
+  (`dlbricks_tf.estimating.cover`), with the share of each brick size in
+  `sources` ("G=1", "G=2", ...);
+* "predicted" (or "covered+predicted"): some bricks were never timed and
+  a latency model of this machine's bricks filled them in
+  (`dlbricks_tf.estimating.predict`); `predicted_bricks` and `predicted_share`
+  say how many and how much of the estimate, and the bounds hold the predictor's
+  cross-validated error.
+
+Without `predict`, a brick the store lacks is an error, as it always was.
+
+Example:
+    rows = estimate_models(sources, 3, settings, fp, store, cover=True)
+    rows[0]["method"], rows[0]["sources"]
+"""
+
+from __future__ import annotations
+
+import shutil
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from dlbricks_tf import corpus
+from dlbricks_tf.cutting import split
+from dlbricks_tf.cutting.decompose import Cutter, from_runs, model_graph
+from dlbricks_tf.estimating import cover as cover_lib
+from dlbricks_tf.estimating import estimate as estimate_lib
+from dlbricks_tf.estimating import predict as predict_lib
+
+
+def graph_of(source: Any, safe_mode: bool = True) -> tuple[Any, Any]:
+    """(graph, factory) of a `job.ModelSource`; a file is read for its config.
+
+    Raises:
+        DecompositionError, ModelSourceError: As `ModelSource.decompose`.
+    """
+    target = source.path if source.path is not None else source.build()
+    return model_graph(target, safe_mode=safe_mode)
+
+
+def train(
+    graphs: Mapping[str, tuple[Any, Any]],
+    results: Mapping[str, estimate_lib.Timing],
+    *,
+    max_granularity: int,
+    fuse: bool = False,
+) -> predict_lib.Predictor:
+    """A predictor fitted on the stored bricks of some models.
+
+    Args:
+        graphs: {model: (graph, factory)}: the models whose bricks (every
+            run of up to `max_granularity` steps) the store may hold.
+        results: `Store.results(settings, fp)`: one settings, one machine.
+        max_granularity: The largest run to learn from.
+        fuse: Steps are fusion units.
+
+    Its cross-validation holds out whole families of keras.applications
+    (`corpus.family`; any other model is a family of its own), so that its
+    error is that of a model unlike those it learnt from.
+
+    Raises:
+        PredictorError: Too few stored bricks among them.
+    """
+    data = predict_lib.examples(
+        graphs,
+        results,
+        max_granularity=max_granularity,
+        fuse=fuse,
+        group_of=corpus.family,
+    )
+    return predict_lib.Predictor.fit(data)
+
+
+def estimate_graph(
+    graph: Any,
+    factory: Any,
+    granularity: int,
+    results: Mapping[str, estimate_lib.Timing],
+    mode: str = "sequential",
+    *,
+    cover: bool = False,
+    predictor: predict_lib.Predictor | None = None,
+    objective: str = "fewest",
+    fuse: bool = False,
+    failures: Mapping[str, str] | None = None,
+) -> tuple[estimate_lib.Estimate, str, int]:
+    """One model's estimate: timed at G, covered, or with predicted bricks.
+
+    Args:
+        graph, factory: `decompose.model_graph` of the model.
+        granularity: G of the cut, or the largest G of a cover.
+        results: `Store.results(settings, fp)`.
+        mode: "sequential" or "parallel".
+        cover: Cover the model by stored bricks of 1..G steps.
+        predictor: Predicts the bricks `results` lacks; None makes a
+            missing brick an error.
+        objective: The cover's (`cover.OBJECTIVES`).
+        fuse: Steps are fusion units.
+        failures: `Store.failures`, named when bricks are missing.
+
+    Returns:
+        (estimate, method, predicted bricks (unique)).
+
+    Raises:
+        MissingResultsError: A brick is missing and no predictor was given.
+    """
+    cutter = Cutter(graph, factory)
+    if cover:
+        c = cover_lib.cover_graph(
+            graph,
+            factory,
+            results,
+            max_granularity=granularity,
+            fuse=fuse,
+            objective=objective,
+            predictor=predictor,
+            cutter=cutter,
+        )
+        est = c.estimate(results, mode, failures=failures)
+        method = "covered+predicted" if c.predicted else "covered"
+        return est, method, len(c.predicted)
+    d = from_runs(
+        graph,
+        factory,
+        split.split(graph, granularity, fuse),
+        granularity=granularity,
+        fuse=fuse,
+        cutter=cutter,
+    )
+    missing = {b.signature: b for b in d.bricks if b.signature not in results}
+    if not missing or predictor is None:
+        est = estimate_lib.estimate(d, results, mode, failures=failures)
+        return est, "timed", 0
+    predicted = predictor.predict_bricks(list(missing.values()), graph.specs)
+    est = estimate_lib.estimate(
+        d,
+        {**results, **predicted},
+        mode,
+        sources=dict.fromkeys(predicted, estimate_lib.PREDICTED),
+    )
+    return est, "predicted", len(predicted)
+
+
+def row(
+    est: estimate_lib.Estimate,
+    method: str,
+    predicted: int,
+    granularity: int,
+    measured: Any = None,
+) -> dict[str, Any]:
+    """A row of the `estimate` command (`report.format_estimates`).
+
+    The keys of `job.estimate_models`' rows, plus `method`, `sources`
+    ({label: share of the estimate}), `predicted_bricks` (unique) and
+    `predicted_share`.
+    """
+    from dlbricks_tf.estimating.rows import estimate_row
+
+    return {
+        **estimate_row(est.model, granularity, est, measured),
+        "method": method,
+        "sources": {s.label: s.share for s in est.sources},
+        "predicted_bricks": predicted,
+        "predicted_share": est.share(estimate_lib.PREDICTED),
+    }
+
+
+def estimate_models(
+    sources: Sequence[Any],
+    granularity: int,
+    settings: Any,
+    fingerprint: Any,
+    store: Any,
+    mode: str = "sequential",
+    *,
+    cover: bool = False,
+    predict: bool = False,
+    objective: str = "fewest",
+    training: Sequence[Any] = (),
+    safe_mode: bool = True,
+    fuse: bool = False,
+    log: Any = None,
+) -> list[dict[str, Any]]:
+    """Estimates every model from the store, covered and/or predicted.
+
+    Args:
+        sources: `job.ModelSource`s to estimate.
+        granularity: G of the cut, or the largest G of a cover.
+        settings, fingerprint: Which stored timings to use (and nothing
+            else: bricks of other settings or machines are never used).
+        store: The `Store`.
+        mode: "sequential" or "parallel".
+        cover: Cover each model by stored bricks of 1..G steps.
+        predict: Predict the bricks the store lacks, from a predictor
+            fitted on the stored bricks of `sources` and `training`.
+        objective: The cover's (`cover.OBJECTIVES`).
+        training: More `job.ModelSource`s whose stored bricks the
+            predictor learns from (e.g. the models the store measured).
+        safe_mode, fuse: As `decompose`.
+        log: Called with a line of progress, if given.
+
+    Returns:
+        One `row` per model.
+
+    Raises:
+        MissingResultsError: A brick is missing and `predict` is off.
+        PredictorError: `predict` is on and too few bricks are stored.
+    """
+    results = store.results(settings, fingerprint)
+    failures = store.failures(settings, fingerprint)
+    graphs = {s.name: graph_of(s, safe_mode) for s in sources}
+    predictor = None
+    if predict:
+        learn = dict(graphs)
+        for s in training:
+            if s.name not in learn:
+                learn[s.name] = graph_of(s, safe_mode)
+        predictor = train(
+            learn, results, max_granularity=granularity, fuse=fuse
+        )
+        if log:
+            cv = predictor.cv
+            log(
+                f"Predictor: {cv.bricks} stored bricks of {len(learn)} "
+                f"model(s); cross-validated median brick error "
+                f"{100 * cv.median_error:.0f}%, "
+                f"{100 * cv.within_10pct:.0f}% of bricks within 10%"
+            )
+    rows = []
+    for source in sources:
+        graph, factory = graphs[source.name]
+        est, method, predicted = estimate_graph(
+            graph,
+            factory,
+            granularity,
+            results,
+            mode,
+            cover=cover,
+            predictor=predictor,
+            objective=objective,
+            fuse=fuse,
+            failures=failures,
+        )
+        est = _renamed(est, source.name)
+        measured = store.get_model(source.name, settings, fingerprint)
+        rows.append(row(est, method, predicted, granularity, measured))
+    return rows
+
+
+def _renamed(est: estimate_lib.Estimate, name: str) -> estimate_lib.Estimate:
+    import dataclasses
+
+    return dataclasses.replace(est, model=name)
+
+
+def copy_store(path: str | Path, folder: str | Path) -> Path:
+    """Copies a store file, with its -wal and -shm if any, into `folder`.
+
+    A store another process may still be writing is read from a copy: its
+    last transactions may be in the -wal file, and opening the original
+    would fold them into it.
+
+    Returns:
+        The path of the copy.
+    """
+    path = Path(path)
+    folder = Path(folder)
+    folder.mkdir(parents=True, exist_ok=True)
+    target = folder / path.name
+    for suffix in ("", "-wal", "-shm"):
+        part = Path(f"{path}{suffix}")
+        if part.is_file():
+            shutil.copyfile(part, f"{target}{suffix}")
+    return target
+
+
+def stored_pairs(store: Any) -> list[tuple[Any, Any]]:
+    """The (settings, fingerprint) pairs of the store's model timings.
+
+    In the order first met; estimate against these to compare with the
+    models timed end to end.
+    """
+    from dlbricks_tf.fingerprint import SystemFingerprint
+    from dlbricks_tf.settings import RunSettings
+
+    pairs: dict[tuple[str, str], tuple[Any, Any]] = {}
+    for r in store.rows("model"):
+        settings = RunSettings.from_dict(r["settings"])
+        fp = SystemFingerprint.from_dict(r["fingerprint"])
+        pairs.setdefault((settings.key(), fp.id), (settings, fp))
+    return list(pairs.values())

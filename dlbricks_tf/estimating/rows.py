@@ -1,0 +1,179 @@
+"""Report rows: models' estimates set against their measurements.
+
+`model_row` is a model's row of report.json (measured against estimated,
+sequential and parallel), `corpus_row` the row of the corpus at one G (the
+figures over its models), and `estimate_row` a row of the `estimate`
+command, which `dlbricks_tf.estimating.beyond` extends with where a
+covered or predicted estimate came from. `dlbricks_tf.job` builds them as
+it runs; scripts that time models their own way build the same rows.
+"""
+
+from __future__ import annotations
+
+import collections
+import math
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from dlbricks_tf.cutting.split import split_name
+from dlbricks_tf.stats import Timing, geomean
+
+
+def model_row(
+    name: str,
+    granularity: int,
+    settings,
+    measured: Timing,
+    results,
+    d,
+    failed: Mapping[str, str] | None = None,
+) -> dict[str, Any]:
+    """One model's row of report.json: measured against estimated.
+
+    Without a timing of every brick there is no estimate (nan).
+
+    Args:
+        name: The model.
+        granularity: G.
+        settings: The `RunSettings` it was timed under.
+        measured: Its end-to-end timing.
+        results: {signature: timing} of the bricks timed.
+        d: Its decomposition at G.
+        failed: {signature: reason} of the bricks that failed; the row's
+            `failed_bricks` holds the model's.
+    """
+    from dlbricks_tf.estimating import estimate as estimate_lib
+    from dlbricks_tf.measuring import precision
+
+    failed = failed or {}
+    m = measured
+    signatures = dict.fromkeys(b.signature for b in d.bricks)
+    row = {
+        "model": name,
+        "granularity": granularity,
+        "split": split_name(d.fuse),
+        "batch_size": settings.batch_size,
+        "measured_ms": m.median_ms,
+        "measured_noisy": m.noisy,
+        "dispatch_ms": m.dispatch_ms,
+        "bricks": len(d.bricks),
+        "failed_bricks": {s: failed[s] for s in signatures if s in failed},
+    }
+    if any(s not in results for s in signatures):
+        nan = math.nan
+        return {
+            **row,
+            "estimated_ms": nan,
+            "estimated_parallel_ms": nan,
+            "normalized": nan,
+            "normalized_min": nan,
+            "estimated_low_ms": nan,
+            "estimated_high_ms": nan,
+            "noisy_bricks": 0,
+            "estimate_precision": nan,
+        }
+    seq = estimate_lib.estimate(d, results, "sequential")
+    par = estimate_lib.estimate(d, results, "parallel")
+    return {
+        **row,
+        "estimated_ms": seq.ms,
+        "estimated_parallel_ms": par.ms,
+        "normalized": seq.ms / m.median_ms if m.median_ms > 0 else math.inf,
+        # The same ratio from minima: robust to a machine's slow phases.
+        "normalized_min": (
+            estimate_lib.estimate(d, results, statistic="min").ms / m.min_ms
+            if m.min_ms > 0
+            else math.inf
+        ),
+        "estimated_low_ms": seq.low_ms,
+        "estimated_high_ms": seq.high_ms,
+        "noisy_bricks": len(seq.noisy_signatures),
+        # The relative half-width the bricks' intervals leave the estimate.
+        "estimate_precision": precision.estimate_precision(
+            collections.Counter(b.signature for b in d.bricks), results
+        ),
+        # How the estimate was obtained (see dlbricks_tf.estimating.beyond).
+        "method": "timed",
+        "sources": {s.label: s.share for s in seq.sources},
+    }
+
+
+def corpus_row(
+    granularity: int,
+    fuse: bool,
+    runs: Sequence[Mapping[str, Any]],
+    measured: Mapping[str, Timing],
+    results: Mapping[str, Timing],
+    suite,
+    failed_bricks: int = 0,
+    **wall_clock: Any,
+) -> dict[str, Any]:
+    """The corpus row of report.json at one G: the figures over the models.
+
+    The figures are those of the models that have an estimate; the
+    speed-up is theirs over their bricks.
+
+    Args:
+        granularity: G.
+        fuse: Whether the models were cut into fusion units.
+        runs: The models' rows (`model_row`), at least one.
+        measured: {model: end-to-end timing} of those models.
+        results: {signature: timing} of the bricks timed.
+        suite: Their unique bricks (`dlbricks_tf.cutting.suite.Suite`).
+        failed_bricks: How many bricks failed.
+        **wall_clock: What the run cost, e.g. campaign_wall_s=12.5; kept
+            in the row in the order given.
+    """
+    from dlbricks_tf.estimating import estimate as estimate_lib
+
+    estimable = [r for r in runs if not math.isnan(r["estimated_ms"])]
+    names = {r["model"] for r in estimable}
+    normalized = [r["normalized"] for r in estimable]
+    used = {
+        e.signature
+        for e in suite.entries
+        if any(name in names for name, _ in e.counts)
+    }
+    return {
+        "granularity": granularity,
+        "geomean_normalized": geomean(normalized),
+        "min_normalized": min(normalized, default=math.nan),
+        "max_normalized": max(normalized, default=math.nan),
+        "speedup": (
+            estimate_lib.speedup(
+                {n: measured[n].median_ms for n in names},
+                {s: results[s].median_ms for s in used},
+            )
+            if estimable
+            else math.nan
+        ),
+        "split": split_name(fuse),
+        **wall_clock,
+        "unique_bricks": len(suite),
+        "total_bricks": suite.total_bricks,
+        "failed_bricks": failed_bricks,
+    }
+
+
+def estimate_row(
+    name: str, granularity: int, est, measured: Timing | None
+) -> dict[str, Any]:
+    """One row of the `estimate` command (`report.format_estimates`).
+
+    measured_ms, measured_noisy and normalized are None without an
+    end-to-end timing.
+    """
+    m = measured.median_ms if measured else None
+    return {
+        "model": name,
+        "granularity": granularity,
+        "mode": est.mode,
+        "estimated_ms": est.ms,
+        "low_ms": est.low_ms,
+        "high_ms": est.high_ms,
+        "bricks": est.bricks,
+        "noisy_bricks": len(est.noisy_signatures),
+        "measured_ms": m,
+        "measured_noisy": measured.noisy if measured else None,
+        "normalized": est.ms / m if m else None,
+    }

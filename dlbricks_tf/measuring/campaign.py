@@ -1,0 +1,286 @@
+"""A brick campaign: bricks timed in chains, to the precision models need.
+
+`time_chains` takes the bricks to time (each with a builder, so only one
+chain's bricks are alive at a time), groups them into chains of at most
+`TimingOptions.chain_links` bricks and `MAX_CHAIN_BYTES` of estimated
+memory (`dlbricks_tf.measuring.memory`), and times each chain as one traced
+function (`dlbricks_tf.measuring.chain.ChainTimer`). A chain is sampled in
+rounds until the estimates of the models that use its bricks are known to the
+options' precision (`dlbricks_tf.measuring.precision.chain_verdict`), or a cap
+is hit; then every brick of it is handed to `on_result` (to be committed),
+flagged noisy only if it keeps some model from its target. A campaign killed
+mid-chain loses that chain's samples, nothing committed before.
+
+`between` is called once per round: `dlbricks_tf.job` samples the whole
+model there, so bricks and model are measured close together in time.
+
+Order: by default bricks are chained in the order they come (the models'
+topological order, as a model runs them); `chain_order="shuffled"`
+chains them in a seeded random order, so that no brick runs after its
+model neighbour (`benchmarks.accuracy --chain_order=...` compares them).
+
+Example:
+    summary = time_chains(
+        [ChainedBrick(b.signature, functools.partial(b.build, 1))
+         for b in bricks],
+        settings, options, weights={"m": counts},
+        on_result=lambda key, timing: store.put(key, settings, fp, timing))
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import random
+import time
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+from dlbricks_tf import settings as settings_lib
+from dlbricks_tf.measuring import memory, precision
+from dlbricks_tf.measuring.timing import TimingOptions
+from dlbricks_tf.stats import Timing
+
+# What one chain's bricks need (weights, inputs, largest activations; see
+# `dlbricks_tf.measuring.memory.estimate`), at most (one brick may exceed it
+# alone): bounds the campaign's memory whatever the corpus.
+MAX_CHAIN_BYTES = 512 * 2**20
+# Links per pass of a brick that a model calls many times: one per
+# `CALLS_PER_REPEAT` calls, at most `MAX_REPEATS`. A brick called 25 times
+# in a model (Xception's middle flow) is 25 times as heavy in its estimate;
+# sampled once a pass it kept Xception's chain sampling to its cap of 100
+# passes (8.5 s), with 6 links a pass it settled in 16-42 passes (3.7-6.5
+# s). Repeating every brick called 2-6 times (ResNet50, EfficientNetB0)
+# made passes longer than the samples it saved: twice the wall-clock.
+CALLS_PER_REPEAT = 4
+MAX_REPEATS = 8
+ORDERS = ("model", "shuffled")
+# Errors that are no brick's fault: they stop the campaign, never a brick.
+_NOT_A_BRICK_FAULT = (settings_lib.ThreadPoolError, KeyboardInterrupt)
+
+
+@dataclasses.dataclass(frozen=True)
+class ChainedBrick:
+    """A brick to time in a chain.
+
+    Attributes:
+        key: Its signature (the key of its result).
+        build: Returns the runnable `keras.Model`, built when its chain is.
+        id_bounds: Exclusive id bound per flat input, for a model whose
+            graph hides its Embeddings; None to read them from the graph.
+    """
+
+    key: str
+    build: Callable[[], Any]
+    id_bounds: tuple[int | None, ...] | None = None
+
+
+@dataclasses.dataclass(frozen=True)
+class CampaignSummary:
+    """What one `time_chains` call did.
+
+    Attributes:
+        timed: Keys timed and handed to `on_result`, in order.
+        noisy: Timed keys flagged noisy (they keep a model from its target).
+        chains: Chains traced.
+        setup_s: Seconds building, tracing and warming up the chains.
+        sampling_s: Seconds in calls that took samples.
+        stopped: Whether `stop` ended the campaign early.
+        failed: Keys handed to `on_failure` (not built or not timed).
+    """
+
+    timed: tuple[str, ...]
+    noisy: tuple[str, ...]
+    chains: int
+    setup_s: float
+    sampling_s: float
+    stopped: bool = False
+    failed: tuple[str, ...] = ()
+
+
+def ordered(
+    bricks: Sequence[ChainedBrick], order: str, seed: int = 0
+) -> list[ChainedBrick]:
+    """The bricks in chain order: as given ("model") or "shuffled"."""
+    if order not in ORDERS:
+        raise ValueError(
+            f"chain order must be one of {ORDERS}. Received: {order!r}"
+        )
+    result = list(bricks)
+    if order == "shuffled":
+        random.Random(seed).shuffle(result)
+    return result
+
+
+def time_chains(
+    bricks: Sequence[ChainedBrick],
+    settings: settings_lib.RunSettings,
+    options: TimingOptions | None = None,
+    *,
+    weights: Mapping[str, Mapping[str, int]] | None = None,
+    known: Mapping[str, Timing] | None = None,
+    between: Callable[[], None] | None = None,
+    on_result: Callable[[str, Timing], None] | None = None,
+    stop: Callable[[], bool] | None = None,
+    check_settings: bool = True,
+    on_failure: Callable[[str, BaseException], None] | None = None,
+) -> CampaignSummary:
+    """Times bricks in chains; hands each result to `on_result`.
+
+    Args:
+        bricks: The bricks to time, in the wanted order (see `ordered`).
+        settings: Run settings in force (TF backend, chain protocol).
+        options: `precision` (of each model's estimate), `min_samples`,
+            `max_samples` and `max_seconds` (per chain), `chain_links`,
+            `absolute_precision_ms` and `seed` are used.
+        weights: {model: {signature: count}} of the models whose estimates
+            the precision aims at (None: each chain's sum).
+        known: Timings of the models' other bricks, already timed.
+        between: Called once per round of samples.
+        on_result: Called with (key, timing) for every brick of a chain
+            as soon as the chain is done.
+        stop: Asked every round; True ends the chain in flight (committed
+            if it has `min_samples` samples) and the campaign.
+        check_settings: Verify `settings` against the process first.
+        on_failure: Called with (key, error) for a brick that cannot be
+            built or timed; the others are timed. A chain that fails is
+            halved until the brick at fault is alone. None: errors raise.
+
+    Returns:
+        What was timed (and what failed).
+
+    Raises:
+        MeasurementError: If a brick cannot be built or timed and there is
+            no `on_failure`; ThreadPoolError if the settings are not in
+            force.
+    """
+    from dlbricks_tf.measuring.chain import ChainTimer
+
+    options = options or TimingOptions()
+    weights = weights or {}
+    known_ms = {k: t.median_ms for k, t in (known or {}).items()}
+    timed: list[str] = []
+    noisy: list[str] = []
+    failed: list[str] = []
+    clock = {"setup": 0.0, "sampling": 0.0, "chains": 0}
+    stopped = False
+
+    def repeats(key: str) -> int:
+        """Links per pass, from the brick's largest count in a model."""
+        most = max((c.get(key, 0) for c in weights.values()), default=1)
+        return min(max(most // CALLS_PER_REPEAT, 1), MAX_REPEATS)
+
+    def run(chain_bricks: list[tuple[ChainedBrick, Any]]) -> bool:
+        """Times a chain; a chain that fails is halved until the bad brick
+        is alone, and that brick is handed to `on_failure`."""
+        if on_failure is None:
+            return run_chain(chain_bricks)
+        try:
+            return run_chain(chain_bricks)
+        except _NOT_A_BRICK_FAULT:
+            raise
+        except Exception as e:  # Keras and TF raise many types.
+            if len(chain_bricks) == 1:
+                on_failure(chain_bricks[0][0].key, e)
+                failed.append(chain_bricks[0][0].key)
+                return False
+        half = len(chain_bricks) // 2
+        return run(chain_bricks[:half]) or run(chain_bricks[half:])
+
+    def run_chain(chain_bricks: list[tuple[ChainedBrick, Any]]) -> bool:
+        start = time.perf_counter()
+        chain = ChainTimer(
+            [(b.key, model) for b, model in chain_bricks],
+            settings,
+            seed=options.seed,
+            check_settings=check_settings,
+            id_bounds={
+                b.key: b.id_bounds for b, _ in chain_bricks if b.id_bounds
+            },
+            repeats=[repeats(b.key) for b, _ in chain_bricks],
+        )
+        clock["setup"] += time.perf_counter() - start
+        clock["chains"] += 1
+        holding: frozenset[str] = frozenset()
+        halted = False
+        while True:
+            chain.sample()
+            if between is not None:
+                between()
+            n = chain.sample_count
+            if n >= options.min_samples:
+                settled, holding = precision.chain_verdict(
+                    {k: chain.samples(i) for i, k in enumerate(chain.keys)},
+                    weights,
+                    known_ms,
+                    options.precision,
+                    options.absolute_precision_ms,
+                )
+                if settled:
+                    break
+            if (
+                n >= options.max_samples
+                or chain.sampling_seconds >= options.max_seconds
+            ):
+                break
+            if stop is not None and stop():
+                halted = True
+                break
+        clock["setup"] += chain.prepare_seconds
+        clock["sampling"] += chain.sampling_seconds
+        if halted and chain.sample_count < options.min_samples:
+            return True  # Too few samples to commit: the chain is lost.
+        for i, key in enumerate(chain.keys):
+            result = chain.result(i, noisy=key in holding)
+            known_ms[key] = result.median_ms
+            timed.append(key)
+            if result.noisy:
+                noisy.append(key)
+            if on_result is not None:
+                on_result(key, result)
+        return halted
+
+    pending: list[tuple[ChainedBrick, Any]] = []
+    size = 0
+    for brick in bricks:
+        if stop is not None and stop():
+            stopped = True
+            break
+        start = time.perf_counter()
+        try:
+            model = brick.build()
+            # Refused in one line before anything batch-sized is allocated;
+            # what it needs also bounds the chain's size.
+            grow = memory.check(
+                model, settings.batch_size, what=f"Brick {brick.key}"
+            ).total
+        except _NOT_A_BRICK_FAULT:
+            raise
+        except Exception as e:  # Keras and TF raise many types.
+            if on_failure is None:
+                raise
+            on_failure(brick.key, e)
+            failed.append(brick.key)
+            continue
+        finally:
+            clock["setup"] += time.perf_counter() - start
+        if pending and (
+            len(pending) >= options.chain_links or size + grow > MAX_CHAIN_BYTES
+        ):
+            if run(pending):
+                stopped = True
+                pending = []
+                break
+            pending, size = [], 0
+        pending.append((brick, model))
+        size += grow
+    if pending and not stopped:
+        stopped = run(pending)
+    return CampaignSummary(
+        timed=tuple(timed),
+        noisy=tuple(noisy),
+        chains=clock["chains"],
+        setup_s=clock["setup"],
+        sampling_s=clock["sampling"],
+        stopped=stopped,
+        failed=tuple(failed),
+    )

@@ -1,0 +1,481 @@
+"""Chain timing: many bricks in one traced `tf.function`, timed per link.
+
+A chain is a list of bricks (built Keras models) run one after another in
+one traced function. One call of it is one pass over the chain: every brick
+once, in order, with a `tf.timestamp()` between consecutive bricks. Each
+brick starts after the stamp before it, and the stamp after it depends on
+the brick's outputs, so the time between two stamps is the brick's, plus
+what reading a stamp and handing over to the next op costs (the link cost).
+One sample of every link is the mean over enough passes to last
+`TARGET_SAMPLE_MS` (one pass for most chains).
+
+Why a chain and not a loop per brick: the trace, the grappler pass and the
+instantiation of a `tf.function` cost a fixed 20-250 ms whatever it holds,
+more than sampling a small brick to its precision; one function for tens
+of bricks pays that once. And a brick that runs right after other bricks,
+with their weights and inputs passing through the caches, is closer to a
+layer inside a model than a brick looped alone on hot data.
+
+The link cost is measured in the same chain: `empty_links` links that run
+one trivial op (a scalar add) are spread among the bricks, and the median
+of their per-call durations is subtracted from every brick's link. Inputs
+are `tf.function` arguments (placeholders), never constants that grappler
+could fold into a brick without weights.
+
+XLA has no timestamp op: under `jit_compile` bricks keep their own loop
+(`dlbricks_tf.measuring.timing.Timer`).
+
+Example:
+    chain = ChainTimer([(sig, brick.build(1)) for sig, brick in items],
+                       settings)
+    while not enough:
+        chain.sample()
+    chain.result(sig, noisy=False).median_ms
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Mapping, Sequence
+
+import keras
+import numpy as np
+import tensorflow as tf
+
+from dlbricks_tf import settings as settings_lib
+from dlbricks_tf import stats
+from dlbricks_tf.cutting import synthetic
+from dlbricks_tf.measuring.timing import MeasurementError
+from dlbricks_tf.measuring.timing_loop import pack_inputs
+
+# Empty links per chain: enough for a steady median of the link cost.
+EMPTY_LINKS = 8
+# Wanted length of one sample: the stamps have microsecond resolution, so
+# a short chain runs several passes per sample.
+TARGET_SAMPLE_MS = 20.0
+MAX_PASSES = 200
+
+
+class ChainTimer:
+    """Times a chain of bricks, one sample of every link per call.
+
+    The first `sample()` traces the chain, warms it up and chooses the
+    passes per sample. `samples(signature)` and `result(...)` give a
+    brick's per-call samples and summary, link cost subtracted.
+
+    Args:
+        bricks: (key, built Keras model) pairs, in chain order; keys are
+            unique (brick signatures).
+        settings: Run settings in force in this process (thread pools and
+            oneDNN checked as by `dlbricks_tf.measuring.timing.Timer`).
+        empty_links: Links of one trivial op spread among the bricks, for
+            the link cost.
+        target_sample_ms: Wanted duration of one sample.
+        seed: Seed of the synthetic inputs.
+        check_settings: Verify `settings` against the process first.
+        id_bounds: {key: exclusive id bound per flat input} for bricks
+            whose graph hides their Embeddings (a SavedModel in a
+            `keras.layers.TFSMLayer`); others use their graph's bounds.
+        feed: Feed a brick the outputs of the brick before it where they
+            fit (see `feed_plan`); False: always fresh synthetic inputs.
+        repeats: Links per pass of each brick (default 1), spread along
+            the chain; each gives a sample. A brick that a model calls many
+            times weighs that many times in its estimate: more samples of
+            it per pass make the estimate precise in fewer passes.
+
+    Raises:
+        MeasurementError: If a brick has open input shapes, the keys repeat
+            or the settings cannot be honoured here.
+    """
+
+    def __init__(
+        self,
+        bricks: Sequence[tuple[str, keras.Model]],
+        settings: settings_lib.RunSettings,
+        *,
+        empty_links: int = EMPTY_LINKS,
+        target_sample_ms: float = TARGET_SAMPLE_MS,
+        seed: int = 0,
+        check_settings: bool = True,
+        id_bounds: Mapping[str, Sequence[int | None]] | None = None,
+        feed: bool = True,
+        repeats: Sequence[int] | None = None,
+    ) -> None:
+        if not bricks:
+            raise MeasurementError("A chain needs at least one brick.")
+        keys = [key for key, _ in bricks]
+        if len(set(keys)) != len(keys):
+            raise MeasurementError(
+                f"A chain holds each brick once. Received keys: {keys}"
+            )
+        if settings.backend != "tf" or settings.jit_compile:
+            raise MeasurementError(
+                "Chains time the TF backend without jit_compile. Received: "
+                f"settings={settings.key()}"
+            )
+        if check_settings:
+            settings_lib.check_threads(settings)
+        self.settings = settings
+        self.keys = tuple(keys)
+        self._target_ms = target_sample_ms
+        repeats = list(repeats or [1] * len(bricks))
+        if len(repeats) != len(bricks) or min(repeats) < 1:
+            raise MeasurementError(
+                f"One repeat count of 1 or more per brick. Received: {repeats}"
+            )
+        self._layout = _layout(_occurrences(repeats), empty_links)
+        models = [model for _, model in bricks]
+        specs = []
+        for key, model in bricks:
+            try:
+                specs.append(synthetic.input_specs(model, settings.batch_size))
+            except ValueError as e:
+                raise MeasurementError(f"Brick {key}: {e}") from e
+        order = [i for i in self._layout if i is not None]
+        plan = (
+            feed_plan([models[i] for i in order], [specs[i] for i in order])
+            if feed
+            else [[None] * len(specs[i]) for i in order]
+        )
+        self.fed_inputs = sum(x is not None for p in plan for x in p)
+        # The synthetic inputs that some occurrence of a brick is not fed.
+        unfed = {
+            (i, j)
+            for i, row in zip(order, plan, strict=True)
+            for j, fed in enumerate(row)
+            if fed is None
+        }
+        self._inputs = []
+        slots: dict[tuple[int, int], int] = {}
+        for i, (key, model) in enumerate(bricks):
+            wanted = [j for j in range(len(specs[i])) if (i, j) in unfed]
+            if not wanted:
+                continue  # Always fed by the brick before.
+            try:
+                if id_bounds and key in id_bounds:
+                    values = synthetic.arrays_for_specs(
+                        [(shape[1:], dtype) for shape, dtype in specs[i]],
+                        list(id_bounds[key]),
+                        settings.batch_size,
+                        seed + i,
+                    )
+                else:
+                    values = synthetic.synthetic_inputs(
+                        model, settings.batch_size, seed=seed + i
+                    )
+            except ValueError as e:
+                raise MeasurementError(f"Brick {key}: {e}") from e
+            for j in wanted:
+                slots[i, j] = len(self._inputs)
+                # An outer dimension of 1: see `_chain_function`.
+                self._inputs.append(tf.constant(values[j][np.newaxis]))
+        signature = [tf.TensorSpec(x.shape, x.dtype) for x in self._inputs]
+        self._inputs.append(tf.zeros([1], tf.float32))  # The empty links'.
+        self._run = _chain_function(
+            models, self._layout, plan, slots, signature
+        )
+        self._concrete = None
+        self._n = 0
+        self._samples: list[list[float]] = [[] for _ in bricks]
+        self._empty: list[float] = []
+        self._prepare_s = 0.0
+        self._sampling_s = 0.0
+
+    def __len__(self) -> int:
+        return len(self.keys)
+
+    @property
+    def iterations(self) -> int:
+        """Passes over the chain per sample (0 before the first sample)."""
+        return self._n
+
+    @property
+    def prepare_seconds(self) -> float:
+        """Seconds the first `sample()` spent tracing and warming up."""
+        return self._prepare_s
+
+    @property
+    def sampling_seconds(self) -> float:
+        """Seconds spent in calls that took samples."""
+        return self._sampling_s
+
+    @property
+    def sample_count(self) -> int:
+        """Samples taken of every link so far."""
+        return len(self._empty) // max(self._layout.count(None), 1)
+
+    @property
+    def link_ms(self) -> float:
+        """Per-call cost of one link (median of the empty links, ms)."""
+        return stats.median(self._empty) if self._empty else 0.0
+
+    def _call(self, n: int) -> np.ndarray:
+        """Per-pass ms of every link (bricks and empty), over n passes."""
+        if self._concrete is None:  # Traced once; called without the
+            # polymorphic function's argument matching (2 of 22 ms a pass of
+            # 64 MobileNetV2 bricks).
+            self._concrete = self._run.get_concrete_function()
+        sums = self._concrete(self._inputs)[0].numpy()
+        for _ in range(n - 1):
+            sums = sums + self._concrete(self._inputs)[0].numpy()
+        return sums * 1e3 / n
+
+    def _prepare(self) -> None:
+        start = time.perf_counter()
+        self._call(1)  # Traces and instantiates the function.
+        once = self._call(1)  # Warm: allocations made, caches filled.
+        per_pass = max(float(once.sum()), 1e-3)
+        self._n = int(
+            min(
+                max(math.ceil(self._target_ms / per_pass), 1),
+                MAX_PASSES,
+            )
+        )
+        self._prepare_s = time.perf_counter() - start
+
+    def sample(self) -> None:
+        """Takes one sample of every link (`iterations` passes)."""
+        if not self._n:
+            self._prepare()
+        start = time.perf_counter()
+        per_call = self._call(self._n)
+        self._sampling_s += time.perf_counter() - start
+        for owner, value in zip(self._layout, per_call.tolist(), strict=True):
+            if owner is None:
+                self._empty.append(value)
+            else:
+                self._samples[owner].append(value)
+
+    def samples(self, index: int) -> list[float]:
+        """Per-call samples of brick `index` (link cost subtracted), ms.
+
+        One per pass and repeat of the brick.
+        """
+        link = self.link_ms
+        return [max(v - link, 0.0) for v in self._samples[index]]
+
+    def result(self, index: int, noisy: bool) -> stats.Timing:
+        """Summary of brick `index`; `noisy` as the caller judged it.
+
+        Raises:
+            MeasurementError: If no sample was taken.
+        """
+        values = self.samples(index)
+        if not values:
+            raise MeasurementError(
+                f"No samples of brick {self.keys[index]}; call sample()."
+            )
+        return stats.summarize(
+            values,
+            noisy=noisy,
+            calls_per_sample=self._n,
+            loop_overhead_ms=self.link_ms,
+        )
+
+
+def _occurrences(repeats: Sequence[int]) -> list[int]:
+    """Brick indices in chain order, brick i `repeats[i]` times, spread.
+
+    Occurrence j of brick i sits near position i + j * n / repeats[i] of
+    the n bricks (modulo n), so that its occurrences follow different
+    bricks, as a repeated block does in a model.
+    """
+    n = len(repeats)
+    keyed = [
+        ((i + j * n / r) % n, j, i)
+        for i, r in enumerate(repeats)
+        for j in range(r)
+    ]
+    return [i for _, _, i in sorted(keyed)]
+
+
+def _layout(order: Sequence[int], empty: int) -> list[int | None]:
+    """Chain order: `order` with `empty` Nones spread among its entries.
+
+    The empty links are evenly spaced, the first before any brick, so that
+    they sample the link cost all along the chain.
+    """
+    empty = max(empty, 1)
+    layout: list[int | None] = []
+    placed = 0
+    for position, i in enumerate(order):
+        while placed < empty and placed * len(order) <= position * empty:
+            layout.append(None)
+            placed += 1
+        layout.append(i)
+    layout += [None] * (empty - placed)
+    return layout
+
+
+def feed_plan(
+    models: Sequence[keras.Model],
+    specs: Sequence[Sequence[tuple[tuple[int, ...], str]]],
+) -> list[list[int | None]]:
+    """Which inputs of each brick are outputs of the brick before it.
+
+    In a model, a layer reads what the layer before it has just written,
+    hot in cache. In a chain in the models' order, most bricks follow the
+    brick that precedes them in their model: an input whose shape and dtype
+    are those of an output of the brick before is fed that output (each
+    output feeds at most one input). Only floating inputs: integer inputs
+    are ids or indices with bounds.
+
+    Returns:
+        Per brick, per flat input: the index of the previous brick's flat
+        output it is fed, or None (a synthetic input, copied afresh).
+    """
+    plan: list[list[int | None]] = []
+    previous: list[tuple[tuple[int, ...], str]] = []
+    for model, model_specs in zip(models, specs, strict=True):
+        unused = list(enumerate(previous))
+        row: list[int | None] = []
+        for shape, dtype in model_specs:
+            match = None
+            if tf.dtypes.as_dtype(dtype).is_floating:
+                for k, (index, (out_shape, out_dtype)) in enumerate(unused):
+                    if (
+                        out_dtype == dtype
+                        and out_shape[1:] == tuple(shape[1:])
+                        and out_shape[0] in (None, shape[0])
+                    ):
+                        match = index
+                        del unused[k]
+                        break
+            row.append(match)
+        plan.append(row)
+        previous = [
+            (tuple(y.shape), y.dtype) for y in keras.tree.flatten(model.outputs)
+        ]
+    return plan
+
+
+def _chain_function(
+    models: Sequence[keras.Model],
+    layout: Sequence[int | None],
+    plan: Sequence[Sequence[int | None]],
+    slots: Mapping[tuple[int, int], int],
+    signature: Sequence[tf.TensorSpec],
+):
+    """Returns f(inputs) -> the duration of every link in one pass.
+
+    `layout` gives each link's brick (None: an empty link); `plan` the
+    feeding of each brick link (see `feed_plan`). `inputs` is the flat
+    list of the synthetic inputs (input j of brick i at `slots[i, j]`,
+    with `signature`), then one float32 for the empty links, each with an
+    outer dimension of 1 (the slice that orders a link after its stamp).
+    The result is float64 seconds, one entry per link of `layout`.
+
+    One pass, no `tf.while_loop`: a loop body captures every weight of
+    every brick as a loop variable, which doubled both the trace and the
+    first call (graph optimisation and instantiation) of a chain. Passes
+    are repeated by the caller; what runs between two calls is outside
+    every link. The scaffolding of a link is kept to a few ops (two
+    stamps, a slice per input and per output): it is traced, optimised
+    and instantiated with the bricks.
+    """
+    signature = [*signature, tf.TensorSpec([1], tf.float32)]
+
+    @tf.function(input_signature=[signature], autograph=False)
+    def run(inputs):
+        scalar = inputs[-1]
+        # Slices share their index constants (see `_FirstElement`).
+        first = _FirstElement()
+        stamp = tf.timestamp()
+        stamps, ends = [], []
+        previous: list[tf.Tensor] = []  # The last brick's flat outputs.
+        rows = iter(plan)
+        for owner in layout:
+            # Untimed, between the previous link's end and this one's
+            # start: the link's inputs are written afresh, as the layer
+            # before it would in a model (hot in cache, weights not): the
+            # previous brick's outputs where they fit, else copies of the
+            # synthetic inputs that depend on the previous stamp by data.
+            zero = None
+            flat = []
+            row = next(rows) if owner is not None else [None]
+            for j, fed in enumerate(row):
+                if fed is not None:
+                    with tf.control_dependencies([stamp]):
+                        flat.append(tf.expand_dims(previous[fed], 0))
+                    continue
+                if zero is None:
+                    zero = tf.cast(tf.math.is_nan(stamp), tf.float32)
+                x = scalar if owner is None else inputs[slots[owner, j]]
+                flat.append(_plus(x, zero))
+            with tf.control_dependencies(flat):
+                start = tf.timestamp()
+            # The link starts after its stamp. Only a slice of each input
+            # carries that edge: a control edge on the brick's own ops (or
+            # on an Identity, which grappler removes and whose edges it
+            # moves onto them) keeps grappler from fusing them (Sigmoid and
+            # Mul into Swish), as it fuses them in a model.
+            with tf.control_dependencies([start]):
+                flat = [first.of_outer(x) for x in flat]
+            if owner is None:
+                outputs = [flat[0] + 1.0]
+            else:
+                model = models[owner]
+                outputs = tf.nest.flatten(
+                    model(pack_inputs(model, flat), training=False)
+                )
+                previous = outputs
+            # Grappler turns a stateless op whose outputs feed only control
+            # edges into a NoOp, so a brick's outputs are consumed by data:
+            # one element of each, read before the stamp that ends the
+            # link, is summed into the function's second result.
+            link_ends = [first.of_all(y) for y in outputs]
+            ends += link_ends
+            with tf.control_dependencies(link_ends):
+                stamp = tf.timestamp()
+            stamps += [start, stamp]
+        stamps = tf.stack(stamps)
+        total = tf.add_n(
+            [
+                e if e.dtype == tf.float32 else tf.cast(e, tf.float32)
+                for e in ends
+            ]
+        )
+        return stamps[1::2] - stamps[0::2], total
+
+    return run
+
+
+class _FirstElement:
+    """Static slices `x[0]` and `y[0, ..., 0]` over shared index constants."""
+
+    def __init__(self) -> None:
+        self._consts: dict[int, tuple[tf.Tensor, tf.Tensor, tf.Tensor]] = {}
+
+    def _indices(self, rank: int) -> tuple[tf.Tensor, tf.Tensor, tf.Tensor]:
+        if rank not in self._consts:
+            self._consts[rank] = (
+                tf.zeros([rank], tf.int32),
+                tf.ones([rank], tf.int32),
+                tf.ones([rank], tf.int32),
+            )
+        return self._consts[rank]
+
+    def of_outer(self, x: tf.Tensor) -> tf.Tensor:
+        """`x[0]`: the outermost dimension dropped."""
+        return tf.strided_slice(x, *self._indices(1), shrink_axis_mask=1)
+
+    def of_all(self, y: tf.Tensor) -> tf.Tensor:
+        """`y[0, ..., 0]`: the first element, as a scalar."""
+        rank = len(y.shape)
+        if rank == 0:
+            return y
+        return tf.strided_slice(
+            y, *self._indices(rank), shrink_axis_mask=(1 << rank) - 1
+        )
+
+
+def _plus(x: tf.Tensor, zero: tf.Tensor) -> tf.Tensor:
+    """A fresh copy of `x` that data-depends on `zero`.
+
+    `zero` is 0.0 computed from a timestamp: no optimiser can prove a
+    timestamp is not NaN, so the copy is never folded away.
+    """
+    if x.dtype == tf.bool:
+        return tf.logical_or(x, tf.cast(zero, tf.bool))
+    return x + (zero if x.dtype == tf.float32 else tf.cast(zero, x.dtype))

@@ -1,0 +1,321 @@
+"""Keras model -> ONNX file, through tf2onnx's `from_function`.
+
+`tf2onnx.convert.from_keras` fails on Sequential models with TF 2.21 /
+Keras 3 (tf2onnx issue 2448), so the model is wrapped in a `tf.function`
+with an explicit input signature and converted from there; that works for
+Functional, Sequential and sliced models alike. Inputs are named
+`input_0`, `input_1`, ... in the order of `model.inputs` (no source layer
+name leaks into the file), the batch dimension stays dynamic unless a
+batch size is given, and the opset is at most 18, the highest tf2onnx
+1.17 converts.
+
+Every file written is checked before it counts as converted: the ONNX
+checker, an ONNX Runtime session that loads it, and (when the model's
+inputs have fixed shapes) one run on synthetic inputs whose outputs must
+match the Keras model's. A file that fails any check is removed and the
+conversion raises `ConversionError` naming the check.
+
+TensorFlow's exact GELU computes `Erfc`, which tf2onnx passes through as an
+`Erfc` node that no ONNX opset defines (tf2onnx 1.17 has no handler; its
+GELU rewriter is unreleased and needs opset 20). A custom op handler, the
+mechanism tf2onnx offers for this, writes it as `1 - Erf(x)` instead; in
+GELU, `0.5 * x * erfc(-x / sqrt(2))`, that differs from erfc by at most
+float32's rounding of 1 (about 6e-8), so the activation keeps its numerics.
+
+Example:
+    info = to_onnx(brick.build(None), "brick.onnx")
+    session = onnxruntime.InferenceSession("brick.onnx")
+    session.run(None, {info.input_names[0]: x})
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import io
+import logging
+import os
+from pathlib import Path
+
+import keras
+import numpy as np
+import tensorflow as tf
+
+from dlbricks_tf import errors
+from dlbricks_tf.cutting import synthetic
+
+MAX_OPSET = 18
+# Largest accepted |ONNX - Keras| over an output, as a fraction of
+# max(1, the largest |Keras output|): float32 kernels of two runtimes
+# differ by rounding (about 1e-6 relative); a wrong conversion by far more.
+TOLERANCE = 1e-3
+
+
+class ConversionError(errors.Error):
+    """A model cannot be converted to ONNX."""
+
+
+@dataclasses.dataclass(frozen=True)
+class OnnxInfo:
+    """What a converted file expects and returns.
+
+    Attributes:
+        input_names: ONNX input names, in the order of `model.inputs`.
+        output_names: ONNX output names, in the order of `model.outputs`.
+        opset: The opset of the file.
+    """
+
+    input_names: tuple[str, ...]
+    output_names: tuple[str, ...]
+    opset: int
+
+
+def input_names(model: keras.Model) -> tuple[str, ...]:
+    """The names `to_onnx` gives a model's inputs: input_0, input_1, ..."""
+    return tuple(f"input_{i}" for i in range(len(model.inputs)))
+
+
+def _pack(model: keras.Model, flat: list[tf.Tensor]):
+    if len(flat) == 1:
+        return flat[0]
+    target = model
+    if isinstance(model, keras.Sequential):
+        target = getattr(model, "_functional", None) or model
+    struct = getattr(target, "_inputs_struct", None)
+    if struct is not None:
+        return keras.tree.pack_sequence_as(struct, flat)
+    return flat
+
+
+def to_onnx(
+    model: keras.Model,
+    path: str | os.PathLike,
+    *,
+    opset: int = MAX_OPSET,
+    batch_size: int | None = None,
+) -> OnnxInfo:
+    """Converts a built Keras model to an ONNX file.
+
+    Args:
+        model: A built Keras model (Functional or Sequential).
+        path: The `.onnx` file to write (its folder must exist).
+        opset: ONNX opset, at most `MAX_OPSET`.
+        batch_size: Fixed batch dimension, or None for a dynamic one.
+
+    Returns:
+        The file's input and output names.
+
+    Raises:
+        ConversionError: If tf2onnx cannot convert the model.
+        ValueError: If `opset` is above `MAX_OPSET` or below 1.
+    """
+    if not 1 <= opset <= MAX_OPSET:
+        raise ValueError(
+            f"opset must be in 1..{MAX_OPSET} (tf2onnx 1.17). "
+            f"Received: opset={opset}"
+        )
+    import tf2onnx  # Lazy: slow to import, only needed here.
+
+    names = input_names(model)
+    specs = [
+        tf.TensorSpec((batch_size, *t.shape[1:]), t.dtype, name=name)
+        for name, t in zip(names, model.inputs, strict=True)
+    ]
+
+    @tf.function(input_signature=specs)
+    def call(*xs):
+        outputs = model(_pack(model, list(xs)), training=False)
+        return tf.nest.flatten(outputs)
+
+    # Tensors the model captured as eager constants (not variables, e.g.
+    # a Normalization layer's mean) would become extra graph inputs: they
+    # are folded back into the file as initializers below.
+    concrete = call.get_concrete_function()
+    constants = {
+        inner.name: outer
+        for outer, inner in zip(
+            concrete.captured_inputs,
+            concrete.graph.internal_captures,
+            strict=True,
+        )
+        if outer.dtype != tf.resource
+    }
+    tf2onnx_logger = logging.getLogger("tf2onnx")
+    level = tf2onnx_logger.level
+    # An unsupported op is logged at ERROR, then named by the checks below.
+    tf2onnx_logger.setLevel(logging.CRITICAL)
+    try:
+        with contextlib.redirect_stdout(io.StringIO()):
+            proto, _ = tf2onnx.convert.from_function(
+                call,
+                input_signature=specs,
+                opset=opset,
+                custom_op_handlers={"Erfc": (_erfc_as_one_minus_erf, [])},
+            )
+    except Exception as e:  # tf2onnx raises many types.
+        raise ConversionError(
+            f"Cannot convert model {model.name!r} to ONNX (opset {opset}): "
+            f"{type(e).__name__}: {e}"
+        ) from e
+    finally:
+        tf2onnx_logger.setLevel(level)
+    _fold_constants(proto, names, constants, model.name)
+    import onnx
+
+    check_proto(proto, model.name)
+    onnx.save(proto, str(Path(path)))
+    info = OnnxInfo(
+        input_names=tuple(i.name for i in proto.graph.input),
+        output_names=tuple(o.name for o in proto.graph.output),
+        opset=opset,
+    )
+    try:
+        check_outputs(model, path, info)
+    except ConversionError:
+        Path(path).unlink(missing_ok=True)
+        raise
+    return info
+
+
+def _erfc_as_one_minus_erf(ctx, node, name, args) -> None:
+    """tf2onnx handler of TF's `Erfc`: `1 - Erf(x)` (ONNX has no Erfc)."""
+    del args  # Unused.
+    from tf2onnx import utils
+
+    dtype = utils.map_onnx_to_numpy_type(ctx.get_dtype(node.input[0]))
+    node.type = "Erf"
+    one = ctx.make_const(utils.make_name(f"{name}_one"), np.array(1, dtype))
+    ctx.insert_new_node_on_output(
+        "Sub",
+        node.output[0],
+        name=utils.make_name(f"{name}_one_minus"),
+        inputs=[one.output[0], node.output[0]],
+    )
+
+
+def check_proto(proto, model_name: str = "model") -> None:
+    """Checks an ONNX model with the ONNX checker and an ORT session.
+
+    Args:
+        proto: An `onnx.ModelProto`.
+        model_name: The name to give in errors.
+
+    Raises:
+        ConversionError: If either refuses it (e.g. an operator that ONNX
+            does not define), with their first line of explanation.
+    """
+    import onnx
+
+    try:
+        onnx.checker.check_model(proto)
+    except Exception as e:  # onnx.checker.ValidationError and others.
+        raise ConversionError(
+            f"Model {model_name!r} converted to an invalid ONNX file (ONNX "
+            f"checker): {_first_line(e)}"
+        ) from e
+    _session(proto.SerializeToString(), model_name)
+
+
+def _session(source, model_name: str):
+    try:
+        import onnxruntime as ort
+    except ImportError:
+        return None  # Checked where it runs; the ONNX checker has passed.
+    options = ort.SessionOptions()
+    options.intra_op_num_threads = 1
+    options.inter_op_num_threads = 1
+    options.log_severity_level = 3
+    try:
+        return ort.InferenceSession(
+            source, sess_options=options, providers=["CPUExecutionProvider"]
+        )
+    except Exception as e:  # ORT raises its own types.
+        raise ConversionError(
+            f"Model {model_name!r} converted to an ONNX file that ONNX "
+            f"Runtime cannot load: {_first_line(e)}"
+        ) from e
+
+
+def check_outputs(
+    model: keras.Model, path: str | os.PathLike, info: OnnxInfo
+) -> None:
+    """Runs an ONNX file and the Keras model on the same synthetic inputs.
+
+    Skipped (nothing is compared) if ONNX Runtime is missing or an input
+    has an unknown dimension beyond the batch.
+
+    Raises:
+        ConversionError: If ORT cannot run the file, or an output differs
+            from the Keras model's by more than `TOLERANCE` (relative to
+            max(1, the output's largest magnitude)).
+    """
+    session = _session(str(path), model.name)
+    if session is None:
+        return
+    batch = session.get_inputs()[0].shape[0] if info.input_names else 1
+    batch = batch if isinstance(batch, int) else 1
+    try:
+        xs = synthetic.synthetic_inputs(model, batch)
+    except ValueError:
+        return  # Unknown dimensions: the file was loaded, not run.
+    try:
+        got = session.run(None, dict(zip(info.input_names, xs, strict=True)))
+    except Exception as e:  # ORT raises its own types.
+        raise ConversionError(
+            f"Model {model.name!r}: ONNX Runtime cannot run its ONNX file: "
+            f"{_first_line(e)}"
+        ) from e
+    packed = _pack(model, [tf.constant(x) for x in xs])
+    want = keras.tree.flatten(model(packed, training=False))
+    for i, (g, w) in enumerate(zip(got, want, strict=True)):
+        error = _relative_error(np.asarray(g), np.asarray(w))
+        if error > TOLERANCE:
+            raise ConversionError(
+                f"Model {model.name!r}: output {i} of its ONNX file differs "
+                f"from Keras by {error:.2g} of its scale (more than "
+                f"{TOLERANCE:g}): the conversion changed its numerics."
+            )
+
+
+def _relative_error(got: np.ndarray, want: np.ndarray) -> float:
+    """max |got - want| / max(1, max |want|), NaNs and infs matched."""
+    if got.shape != want.shape:
+        return float("inf")
+    got = got.astype(np.float64)
+    want = want.astype(np.float64)
+    same = (np.isnan(got) & np.isnan(want)) | (got == want)
+    finite = np.isfinite(want)
+    scale = max(1.0, float(np.max(np.abs(want[finite]), initial=0.0)))
+    diff = np.where(same, 0.0, np.abs(got - want))
+    diff = np.where(np.isnan(diff), np.inf, diff)
+    return float(np.max(diff, initial=0.0)) / scale
+
+
+def _first_line(e: BaseException) -> str:
+    text = str(e).strip()
+    first = text.splitlines()[0].strip() if text else ""
+    return f"{type(e).__name__}: {first}" if first else type(e).__name__
+
+
+def _fold_constants(proto, names, constants, model_name: str) -> None:
+    """Turns graph inputs that are captured constants into initializers.
+
+    Raises:
+        ConversionError: If the file has an input that is neither a model
+            input nor a captured constant.
+    """
+    from onnx import numpy_helper
+
+    for graph_input in list(proto.graph.input):
+        if graph_input.name in names:
+            continue
+        value = constants.get(graph_input.name)
+        if value is None:
+            raise ConversionError(
+                f"Model {model_name!r} converted to ONNX with an unexpected "
+                f"input {graph_input.name!r}; it cannot run on its own."
+            )
+        proto.graph.initializer.append(
+            numpy_helper.from_array(value.numpy(), graph_input.name)
+        )
+        proto.graph.input.remove(graph_input)

@@ -1,0 +1,713 @@
+"""ONNX Runtime timing of ONNX files: the TF harness's protocol on ORT.
+
+A brick or a whole model converted to ONNX
+(`dlbricks_tf.measuring.onnx_convert`) is timed in an
+`onnxruntime.InferenceSession` on the CPU execution provider, with the thread
+counts of `RunSettings` (intra-op threads, inter-op threads; sequential
+execution, full graph optimisation), under the sampling protocol of
+`dlbricks_tf.measuring.sampling` and into the same `TimingOptions` and
+`stats.Timing`, so results go into the same store under settings with
+`backend="onnxruntime"`.
+
+Protocol. The synthetic inputs (`synthetic.arrays_for_specs`: ids below
+their bounds, 0/1 masks, normal floats) are bound once, as OrtValues, to an
+`IOBinding`, and so are the outputs after a first run: a call copies and
+allocates nothing in Python. A sample is K back-to-back
+`run_with_iobinding` calls between two `time.perf_counter_ns()` reads (the
+Python garbage collector paused), K chosen so that a sample lasts about
+`target_sample_ms`. `sample()` takes S such samples (at most
+`samples_per_call`, fewer if they would last over `max_call_ms`), so that
+interleaved timers take turns; sampling stops when the median's 95%
+interval is within `precision` (or `absolute_precision_ms`) or at a cap
+(then the result is noisy).
+
+What is subtracted. Each call of a sample also pays the Python loop and
+ORT's own cost of a `Run` (binding checks, execution frame, thread pool
+hand-off), several microseconds, as much as a small brick. It is
+calibrated once per process, input specs, output count, thread counts and
+copies, on a trivial ONNX graph with the same inputs (bound to the same
+OrtValues) and as many outputs, each the `Size` of an input: the median per
+call of samples of many calls in the same loop. With
+`subtract_loop_overhead` (the default) it is subtracted from every call,
+of bricks and whole models alike, so that a whole model (one `Run`) is not
+charged one `Run` overhead per brick by the estimate. A result's
+`loop_overhead_ms` is what was subtracted per call and its `dispatch_ms`
+the calibrated cost of one `Run`, which
+`estimate(..., call_overhead_ms=timing.dispatch_ms)` adds back once to
+estimate a call as a user sees it (for TF, that is the `tf.function`
+dispatch, which no sample contains).
+
+With `weight_copies` > 1 the file is loaded into that many sessions (each
+with its own weights) and calls rotate through them, as through the
+`input_copies` input sets. Each session has its own intra-op thread pool,
+whose threads spin briefly after a run (ORT's default, kept: a user's
+session does too).
+
+Example:
+    settings = RunSettings.default(batch_size=1, backend="onnxruntime")
+    timing = time_onnx("brick.onnx", settings)
+    timing.median_ms
+"""
+
+from __future__ import annotations
+
+import gc
+import json
+import math
+import os
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from dlbricks_tf import settings as settings_lib
+from dlbricks_tf import stats
+from dlbricks_tf.measuring import sampling
+
+# The TF harness's error and options (`dlbricks_tf.measuring.timing` re-exports
+# them too), so callers handle both backends alike. Nothing here imports
+# TensorFlow; the synthetic inputs (`dlbricks_tf.cutting.synthetic`) come
+# with Keras and are imported when a timer is made.
+MeasurementError = sampling.MeasurementError
+TimingOptions = sampling.TimingOptions
+
+# ORT's type strings of the input dtypes synthetic data can be made for.
+_ORT_DTYPES = {
+    "tensor(float)": "float32",
+    "tensor(double)": "float64",
+    "tensor(float16)": "float16",
+    "tensor(bool)": "bool",
+    "tensor(int8)": "int8",
+    "tensor(int16)": "int16",
+    "tensor(int32)": "int32",
+    "tensor(int64)": "int64",
+    "tensor(uint8)": "uint8",
+    "tensor(uint16)": "uint16",
+    "tensor(uint32)": "uint32",
+    "tensor(uint64)": "uint64",
+}
+# Calls per calibration sample of the trivial graph (a few ms).
+_CALIBRATION_CALLS = 400
+_CALIBRATION_SAMPLES = 9
+_CALIBRATION_ROUNDS = 3
+
+Spec = tuple[tuple[int, ...], str]
+
+
+class OnnxRuntimeMissingError(MeasurementError):
+    """ONNX Runtime cannot be imported, so nothing can be timed on it."""
+
+
+def _onnxruntime() -> Any:
+    """Imports onnxruntime, or raises a one-line error saying what to do."""
+    try:
+        import onnxruntime  # Lazy: only this backend needs it.
+    except (ImportError, OSError) as e:
+        raise OnnxRuntimeMissingError(
+            f"ONNX Runtime cannot be imported ({type(e).__name__}: "
+            f"{str(e).strip().splitlines()[0] if str(e).strip() else e!r})"
+            ": pip install onnxruntime, or time with --backend=tf."
+        ) from e
+    return onnxruntime
+
+
+def require_onnxruntime() -> None:
+    """Raises `OnnxRuntimeMissingError` unless onnxruntime imports."""
+    _onnxruntime()
+
+
+def session_for(
+    path: str | os.PathLike | bytes,
+    settings: settings_lib.RunSettings,
+    *,
+    profile_prefix: str | None = None,
+) -> Any:
+    """Returns an ONNX Runtime CPU session under `settings`' threads.
+
+    The session runs on the CPU execution provider with
+    `intra_op_num_threads` and `inter_op_num_threads` from `settings`,
+    sequential execution (`inter_op_num_threads` is recorded but only used
+    by ORT's parallel mode) and every graph optimisation.
+
+    Args:
+        path: The `.onnx` file, or a serialised model.
+        settings: Run settings (their backend is not checked here).
+        profile_prefix: If set, ORT profiles every run into a JSON file
+            whose name starts with this (see `end_profiling()`); for tests
+            and debugging, it slows every run.
+
+    Returns:
+        An `onnxruntime.InferenceSession`.
+
+    Raises:
+        OnnxRuntimeMissingError: If onnxruntime cannot be imported.
+        MeasurementError: If ORT cannot load the model.
+
+    Example:
+        >>> session = session_for("brick.onnx", settings)
+        >>> session.get_session_options().intra_op_num_threads
+        2
+    """
+    ort = _onnxruntime()
+    options = ort.SessionOptions()
+    options.intra_op_num_threads = settings.intra_op_threads
+    options.inter_op_num_threads = settings.inter_op_threads
+    options.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
+    options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
+    options.log_severity_level = 3  # Errors only.
+    if profile_prefix is not None:
+        options.enable_profiling = True
+        options.profile_file_prefix = profile_prefix
+    source = path if isinstance(path, bytes) else str(path)
+    try:
+        return ort.InferenceSession(
+            source, sess_options=options, providers=["CPUExecutionProvider"]
+        )
+    except Exception as e:  # ORT raises its own types, and RuntimeError.
+        where = "<bytes>" if isinstance(path, bytes) else repr(str(path))
+        first = str(e).strip().splitlines()[0] if str(e).strip() else ""
+        raise MeasurementError(
+            f"ONNX Runtime cannot load model {where}: "
+            f"{type(e).__name__}: {first}"
+        ) from e
+
+
+def onnx_input_specs(session: Any) -> list[tuple[str, tuple[Any, ...], str]]:
+    """Returns (name, shape, dtype) of each input of an ORT session.
+
+    A dimension ORT knows only by a symbol (the dynamic batch dimension of
+    `onnx_convert.to_onnx`'s files) is None; dtypes are NumPy names.
+
+    Raises:
+        MeasurementError: For an input dtype synthetic data cannot be made
+            for (strings, complex numbers, ...).
+    """
+    specs = []
+    for node in session.get_inputs():
+        if node.type not in _ORT_DTYPES:
+            raise MeasurementError(
+                f"ONNX input {node.name!r} has type {node.type}; synthetic "
+                f"inputs exist for {', '.join(sorted(_ORT_DTYPES))}."
+            )
+        shape = tuple(d if isinstance(d, int) else None for d in node.shape)
+        specs.append((node.name, shape, _ORT_DTYPES[node.type]))
+    return specs
+
+
+def _resolve_specs(
+    file_specs: Sequence[tuple[str, tuple[Any, ...], str]],
+    given: Sequence[tuple[Sequence[int], str]] | None,
+    batch_size: int,
+    where: str,
+) -> list[Spec]:
+    """(shape without batch, dtype) per input, checked against the file."""
+    if given is not None and len(given) != len(file_specs):
+        raise MeasurementError(
+            f"{where} has {len(file_specs)} inputs but {len(given)} "
+            f"input_specs were given. Received: input_specs={list(given)}"
+        )
+    specs = []
+    for i, (name, shape, dtype) in enumerate(file_specs):
+        if not shape:
+            raise MeasurementError(
+                f"Input {name!r} of {where} is a scalar; a batch dimension "
+                "is needed."
+            )
+        if shape[0] is not None and shape[0] != batch_size:
+            raise MeasurementError(
+                f"Input {name!r} of {where} has a fixed batch dimension "
+                f"{shape[0]}, but batch_size={batch_size}. Convert it with "
+                "a dynamic batch (to_onnx's default) or this batch size."
+            )
+        rest = shape[1:]
+        if given is not None:
+            want_shape = tuple(int(d) for d in given[i][0])
+            want_dtype = np.dtype(given[i][1]).name
+            fits = len(want_shape) == len(rest) and all(
+                d is None or d == w
+                for d, w in zip(rest, want_shape, strict=False)
+            )
+            if not fits or want_dtype != dtype:
+                raise MeasurementError(
+                    f"Input {name!r} of {where} is {dtype}{list(shape)}, "
+                    f"but input_specs[{i}] says {want_dtype}"
+                    f"{[None, *want_shape]}."
+                )
+            rest = want_shape
+        if any(d is None for d in rest):
+            raise MeasurementError(
+                f"Input {name!r} of {where} has shape {list(shape)} with an "
+                "unknown dimension; pass input_specs with every dimension "
+                "but the batch one."
+            )
+        specs.append((tuple(rest), dtype))
+    return specs
+
+
+def _timed_ns(calls: Sequence[tuple[Any, Any]], samples: int) -> list[int]:
+    """Runs `samples` samples of all `calls`; returns each one's duration.
+
+    Each call is (bound `run_with_iobinding`, its IOBinding). The garbage
+    collector is paused so that a collection lands in no sample.
+    """
+    clock = time.perf_counter_ns
+    durations = []
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        for _ in range(samples):
+            start = clock()
+            for run, binding in calls:
+                run(binding)
+            durations.append(clock() - start)
+    finally:
+        if enabled:
+            gc.enable()
+    return durations
+
+
+def _bind(session: Any, values: Sequence[Any]) -> Any:
+    """An IOBinding of `values` to the session's inputs, outputs fixed.
+
+    The outputs are first bound to the CPU, then, after one run, to the
+    OrtValues that run produced, so that later runs allocate none.
+    """
+    binding = session.io_binding()
+    for node, value in zip(session.get_inputs(), values, strict=True):
+        binding.bind_ortvalue_input(node.name, value)
+    names = [node.name for node in session.get_outputs()]
+    for name in names:
+        binding.bind_output(name, "cpu")
+    session.run_with_iobinding(binding)
+    for name, value in zip(names, binding.get_outputs(), strict=True):
+        binding.bind_ortvalue_output(name, value)
+    return binding
+
+
+def _empty_model(
+    file_specs: Sequence[tuple[str, tuple[Any, ...], str]], outputs: int
+) -> bytes:
+    """A serialised ONNX graph with these inputs and `outputs` tiny outputs.
+
+    Output j is the `Size` of input j mod n: no work, and not foldable at
+    load time (the batch dimension stays symbolic).
+    """
+    import onnx  # Lazy: comes with tf2onnx; needed for calibration only.
+    from onnx import helper
+
+    inputs = [
+        helper.make_tensor_value_info(
+            name,
+            helper.np_dtype_to_tensor_dtype(np.dtype(dtype)),
+            ["batch", *shape[1:]],
+        )
+        for name, shape, dtype in file_specs
+    ]
+    nodes = [
+        helper.make_node("Size", [inputs[j % len(inputs)].name], [f"out_{j}"])
+        for j in range(outputs)
+    ]
+    results = [
+        helper.make_tensor_value_info(f"out_{j}", onnx.TensorProto.INT64, [])
+        for j in range(outputs)
+    ]
+    graph = helper.make_graph(nodes, "empty", inputs, results)
+    model = helper.make_model(
+        graph, opset_imports=[helper.make_opsetid("", 13)]
+    )
+    model.ir_version = 8  # Opset 13; loadable by any ORT >= 1.10.
+    return model.SerializeToString()
+
+
+_RUN_OVERHEAD_MS: dict[tuple[Any, ...], float] = {}
+
+
+def run_overhead_ms(
+    settings: settings_lib.RunSettings,
+    file_specs: Sequence[tuple[str, tuple[Any, ...], str]],
+    values: Sequence[Sequence[Any]],
+    outputs: int,
+) -> float:
+    """Per-call cost of the timing loop and of an ORT `Run`, in ms.
+
+    Measured once per process, thread counts, input specs, output count
+    and number of input copies, on `_empty_model` with the same inputs
+    bound to the same OrtValues: the median, over rounds, of the median
+    per-call duration of samples of many back-to-back calls. Cached.
+
+    Args:
+        settings: Run settings (thread counts) of the timed session.
+        file_specs: (name, shape, dtype) of the inputs.
+        values: Input copies, each one OrtValue per input.
+        outputs: Outputs of the timed model.
+
+    Returns:
+        Milliseconds per call.
+    """
+    key = (
+        settings.intra_op_threads,
+        settings.inter_op_threads,
+        tuple(
+            (dtype, tuple(v.shape()))
+            for (_, _, dtype), v in zip(file_specs, values[0], strict=True)
+        ),
+        outputs,
+        len(values),
+    )
+    if key not in _RUN_OVERHEAD_MS:
+        session = session_for(_empty_model(file_specs, outputs), settings)
+        bindings = [_bind(session, copy) for copy in values]
+        run = session.run_with_iobinding
+        rounds = max(1, _CALIBRATION_CALLS // len(bindings))
+        calls = [(run, b) for b in bindings] * rounds
+        _timed_ns(calls, 2)  # Warms up.
+        per_call = [
+            stats.median(_timed_ns(calls, _CALIBRATION_SAMPLES))
+            / len(calls)
+            / 1e6
+            for _ in range(_CALIBRATION_ROUNDS)
+        ]
+        _RUN_OVERHEAD_MS[key] = max(stats.median(per_call), 0.0)
+    return _RUN_OVERHEAD_MS[key]
+
+
+class OrtTimer(sampling.AdaptiveSampling):
+    """Times one ONNX file under fixed settings, one batch at a time.
+
+    The interface of `dlbricks_tf.measuring.timing.Timer`: call `sample()` until
+    `done`, then `result()`; `sampling.time_interleaved` samples several
+    (of either kind) in interleaved rounds. The first `sample()` warms
+    up, calibrates the per-call overhead and chooses K and S.
+
+    Args:
+        path: The `.onnx` file (a dynamic batch dimension takes
+            `settings.batch_size`).
+        settings: Run settings with `backend="onnxruntime"`.
+        options: Sampling options
+            (`dlbricks_tf.measuring.sampling.TimingOptions`).
+        input_specs: (shape without the batch dimension, dtype) per input,
+            in the file's input order; None reads them from the file. Needed
+            where the file leaves a non-batch dimension open.
+        id_bounds: Exclusive upper bound of each integer input's ids (None
+            for an input without one, as `synthetic.id_bounds` gives them
+            for the Keras model); None: no bounds (small ints).
+        profile_prefix: Profile every run with ORT's profiler (see
+            `session_for`); slows the runs, for tests.
+
+    Raises:
+        OnnxRuntimeMissingError: If onnxruntime cannot be imported.
+        MeasurementError: For settings of another backend, a file ORT
+            cannot load, or inputs that do not fit the file.
+    """
+
+    def __init__(
+        self,
+        path: str | os.PathLike,
+        settings: settings_lib.RunSettings,
+        options: TimingOptions | None = None,
+        *,
+        input_specs: Sequence[tuple[Sequence[int], str]] | None = None,
+        id_bounds: Sequence[int | None] | None = None,
+        profile_prefix: str | None = None,
+    ) -> None:
+        self.path = str(path)
+        self.name = Path(path).stem
+        self.settings = settings
+        self.options = options or TimingOptions()
+        if settings.backend != "onnxruntime":
+            raise MeasurementError(
+                f"Backend {settings.backend!r} is not timed by OrtTimer; use "
+                "settings with backend='onnxruntime' (or timing.Timer)."
+            )
+        if settings.jit_compile:
+            raise MeasurementError(
+                "jit_compile (XLA) applies to backend 'tf' only; use "
+                "settings with jit_compile=False for ONNX Runtime."
+            )
+        from dlbricks_tf.cutting import synthetic  # Imports Keras.
+
+        ort = _onnxruntime()
+        weight_copies = max(1, self.options.weight_copies)
+        input_copies = max(1, self.options.input_copies)
+        self.sessions = [
+            session_for(path, settings, profile_prefix=profile_prefix)
+            for _ in range(weight_copies)
+        ]
+        where = f"ONNX model {self.path!r}"
+        self._file_specs = onnx_input_specs(self.sessions[0])
+        specs = _resolve_specs(
+            self._file_specs, input_specs, settings.batch_size, where
+        )
+        try:
+            sets = [
+                synthetic.arrays_for_specs(
+                    specs, id_bounds, settings.batch_size, self.options.seed + c
+                )
+                for c in range(input_copies)
+            ]
+        except ValueError as e:
+            raise MeasurementError(f"{where}: {e}") from e
+        self.inputs = sets  # The synthetic arrays, one list per copy.
+        # OrtValues share the arrays' memory: keep both alive.
+        self._values = [
+            [ort.OrtValue.ortvalue_from_numpy(a) for a in arrays]
+            for arrays in sets
+        ]
+        self._outputs = len(self.sessions[0].get_outputs())
+        self._copies = max(input_copies, weight_copies)  # Per iteration.
+        self._bindings: list[tuple[Any, Any]] = []
+        self._calls: list[tuple[Any, Any]] = []
+        self._runs = 0
+        self._samples: list[float] = []
+        self._sampling_s = 0.0
+        self._n = 0  # Iterations per sample; K = n * copies.
+        self._s = 0
+        self._overhead_ms = 0.0
+        self._subtracted_ms = 0.0
+
+    def _iteration(self) -> list[tuple[Any, Any]]:
+        """One iteration: call c on session c % W with input copy c % I."""
+        if not self._bindings:
+            for c in range(self._copies):
+                session = self.sessions[c % len(self.sessions)]
+                values = self._values[c % len(self._values)]
+                try:
+                    binding = _bind(session, values)
+                except Exception as e:  # ORT's own types.
+                    raise MeasurementError(
+                        f"ONNX Runtime cannot run {self.path!r} on "
+                        f"synthetic inputs: {type(e).__name__}: {e}"
+                    ) from e
+                self._runs += 1
+                self._bindings.append((session.run_with_iobinding, binding))
+        return self._bindings
+
+    def durations_ms(self, iterations: int, samples: int) -> list[float]:
+        """Takes `samples` samples of `iterations` iterations; raw ms each.
+
+        An iteration makes `calls_per_iteration` calls; nothing is
+        subtracted and nothing is recorded as a sample.
+        """
+        calls = self._iteration() * iterations
+        durations = _timed_ns(calls, samples)
+        self._runs += len(calls) * samples
+        return [d / 1e6 for d in durations]
+
+    def _prepare(self) -> None:
+        opts = self.options
+        self._iteration()  # Binds, and runs every binding once.
+        warm = self.durations_ms(1, max(1, opts.warmup_calls))
+        self._overhead_ms = run_overhead_ms(
+            self.settings, self._file_specs, self._values, self._outputs
+        )
+        if opts.subtract_loop_overhead:
+            self._subtracted_ms = self._overhead_ms
+        target_ms = opts.target_sample_ms
+        most = max(1, opts.max_calls_per_sample // self._copies)
+
+        def iterations_for(sample_ms: float, n: int) -> int:
+            per_iteration = max(sample_ms / n, 1e-4)
+            return int(min(max(math.ceil(target_ms / per_iteration), 1), most))
+
+        # Guess from one iteration, then correct once at the guessed length
+        # (which also warms the loop up at its final length). Minima: on a
+        # shared machine noise only ever adds time.
+        n = iterations_for(min(warm), 1)
+        if n > 1:
+            n = iterations_for(min(self.durations_ms(n, 3)), n)
+        self._n = n
+        self._calls = self._iteration() * n
+        # A long sample (a whole model) is taken a few at a time, so that
+        # interleaved timers sample it at many moments, not in one burst.
+        sample_ms = max(target_ms, min(warm) * n)
+        by_time = int(opts.max_call_ms // sample_ms)
+        self._s = max(1, min(opts.samples_per_call, by_time))
+
+    @property
+    def calls_per_iteration(self) -> int:
+        """Calls per iteration: max(weight copies, input copies)."""
+        return self._copies
+
+    @property
+    def calls_per_sample(self) -> int:
+        """K, the calls per sample (0 before the first sample)."""
+        return self._n * self._copies
+
+    @property
+    def samples_per_call(self) -> int:
+        """S, the samples one `sample()` takes (0 before the first)."""
+        return self._s
+
+    @property
+    def runs(self) -> int:
+        """`run_with_iobinding` calls made so far (warm-up included)."""
+        return self._runs
+
+    @property
+    def dispatch_ms(self) -> float:
+        """Calibrated cost of one ORT `Run` call (0 before sampling)."""
+        return self._overhead_ms
+
+    @property
+    def overhead_per_call_ms(self) -> float:
+        """What is subtracted from each call (0 if not subtracting)."""
+        return self._subtracted_ms
+
+    def sample(self) -> list[float]:
+        """Takes one batch of samples; returns them, ms per call.
+
+        The batch has S samples, fewer if `max_samples` is closer.
+        """
+        if not self._n:
+            self._prepare()
+        count = self._batch_count()
+        start = time.perf_counter()
+        durations = _timed_ns(self._calls, count)
+        self._sampling_s += time.perf_counter() - start
+        self._runs += len(self._calls) * count
+        calls = len(self._calls)
+        batch = [
+            max(d / 1e6 / calls - self._subtracted_ms, 0.0) for d in durations
+        ]
+        self._samples += batch
+        return batch
+
+    def result(self) -> stats.Timing:
+        """Summarises the samples; noisy unless settled.
+
+        `dispatch_ms` is the calibrated cost of one `Run`;
+        `loop_overhead_ms` what was subtracted per call (the same, or 0
+        without `subtract_loop_overhead`).
+
+        Raises:
+            MeasurementError: If no sample was taken.
+        """
+        if not self._samples:
+            raise MeasurementError(
+                f"No samples of ONNX model {self.path!r}; call sample()."
+            )
+        return stats.summarize(
+            self._samples,
+            noisy=not self.settled,
+            calls_per_sample=self.calls_per_sample,
+            dispatch_ms=self._overhead_ms,
+            loop_overhead_ms=self._subtracted_ms,
+        )
+
+
+def time_onnx(
+    path: str | os.PathLike,
+    settings: settings_lib.RunSettings,
+    options: TimingOptions | None = None,
+    *,
+    input_specs: Sequence[tuple[Sequence[int], str]] | None = None,
+    id_bounds: Sequence[int | None] | None = None,
+) -> stats.Timing:
+    """Times an ONNX file (a brick or a whole model) with ONNX Runtime.
+
+    Args:
+        path: The `.onnx` file.
+        settings: Run settings with `backend="onnxruntime"`.
+        options: Sampling options; defaults to `TimingOptions()`.
+        input_specs: (shape without batch, dtype) per input; None reads
+            them from the file.
+        id_bounds: Exclusive id bound per input (None: no bound).
+
+    Returns:
+        Milliseconds per call: min, median, trimmed mean, max, CI.
+
+    Raises:
+        MeasurementError: If the file cannot be timed under `settings`.
+
+    Example:
+        >>> settings = RunSettings.default(1, backend="onnxruntime")
+        >>> time_onnx("brick.onnx", settings).median_ms
+        0.042
+    """
+    timer = OrtTimer(
+        path, settings, options, input_specs=input_specs, id_bounds=id_bounds
+    )
+    return sampling.time_interleaved([timer])[0]
+
+
+def convert_for_ort(
+    model: Any,
+    workdir: str | os.PathLike,
+    name: str | None = None,
+    *,
+    batch_size: int | None = None,
+) -> tuple[Path, list[int | None]]:
+    """Converts a Keras model to `workdir/<name>.onnx`, dynamic batch.
+
+    Then writes `<name>.json` beside it with the model's id bounds
+    (`synthetic.id_bounds`), so that a cached file can be timed without
+    the Keras model; the `.json` is written last, so its presence means
+    the `.onnx` is complete. Both are rewritten.
+
+    Args:
+        model: A built Keras model.
+        workdir: Folder of the files (created if absent).
+        name: File stem; the model's name by default.
+        batch_size: Fixed batch dimension, or None for a dynamic one.
+
+    Returns:
+        (path of the `.onnx` file, id bound per input).
+
+    Raises:
+        dlbricks_tf.measuring.onnx_convert.ConversionError: If tf2onnx fails.
+    """
+    from dlbricks_tf.cutting import synthetic
+    from dlbricks_tf.measuring import onnx_convert
+
+    folder = Path(workdir)
+    folder.mkdir(parents=True, exist_ok=True)
+    stem = name or model.name
+    path = folder / f"{stem}.onnx"
+    bounds = synthetic.id_bounds(model)
+    onnx_convert.to_onnx(model, path, batch_size=batch_size)
+    path.with_suffix(".json").write_text(json.dumps({"id_bounds": bounds}))
+    return path, bounds
+
+
+def load_id_bounds(path: str | os.PathLike) -> list[int | None] | None:
+    """The id bounds `convert_for_ort` wrote beside an `.onnx` file.
+
+    Returns:
+        One bound (or None) per input, or None if there is no such file.
+    """
+    sidecar = Path(path).with_suffix(".json")
+    if not sidecar.is_file():
+        return None
+    return list(json.loads(sidecar.read_text())["id_bounds"])
+
+
+def time_keras_model_on_ort(
+    model: Any,
+    settings: settings_lib.RunSettings,
+    options: TimingOptions | None,
+    workdir: str | os.PathLike,
+) -> stats.Timing:
+    """Converts a Keras model (brick or whole) to ONNX and times it on ORT.
+
+    Args:
+        model: A built Keras model with fixed input shapes but the batch
+            dimension.
+        settings: Run settings with `backend="onnxruntime"`.
+        options: Sampling options (None: `TimingOptions()`).
+        workdir: Folder for `<model.name>.onnx` (kept).
+
+    Returns:
+        The timing, as `time_onnx`.
+
+    Raises:
+        ConversionError: If the model cannot be converted.
+        MeasurementError: If it cannot be timed.
+
+    Example:
+        >>> brick = decompose(model, 1).bricks[0].build(None)
+        >>> time_keras_model_on_ort(brick, settings, None, "onnx/")
+    """
+    path, bounds = convert_for_ort(model, workdir)
+    return time_onnx(path, settings, options, id_bounds=bounds)

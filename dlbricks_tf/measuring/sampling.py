@@ -1,0 +1,227 @@
+"""The sampling protocol every timer shares, without TensorFlow.
+
+A timer takes batches of samples (`sample()`) until the median's 95%
+interval is within `TimingOptions.precision` of the median, or a cap on
+samples or sampling time is reached (the result is then flagged noisy):
+`AdaptiveSampling` is that rule. `time_interleaved` samples several timers
+in rounds, so that measurements that will be compared (bricks and their
+whole model) are taken close together in time. `model_and_brick_options`
+builds the options of whole models and of bricks the way every front end
+does (the command line and the benchmarks).
+
+The TF harness (`dlbricks_tf.measuring.timing.Timer`, which re-exports these
+names) and the ONNX Runtime one (`dlbricks_tf.measuring.ort_timing.OrtTimer`)
+both build on this module; it imports no TensorFlow, so neither does ORT timing
+through it.
+
+Example:
+    options, brick_options = model_and_brick_options("chain", precision=0.02)
+    timings = time_interleaved([model_timer, *brick_timers])
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Sequence
+from typing import Protocol
+
+from dlbricks_tf import errors, stats
+
+
+class MeasurementError(errors.Error):
+    """A model cannot be timed under the requested settings."""
+
+
+@dataclasses.dataclass(frozen=True)
+class TimingOptions:
+    """How hard to try for a precise timing.
+
+    Attributes:
+        precision: Stop once the median's CI half-width is within this
+            fraction of the median.
+        absolute_precision_ms: Or once the half-width is at most this many
+            ms (tiny bricks need not be known to `precision`).
+        min_samples: Never stop before this many samples.
+        max_samples: Stop (noisy) after this many samples.
+        max_seconds: Stop (noisy) after this much sampling time.
+        target_sample_ms: Choose K so one sample lasts about this long.
+        samples_per_call: Samples taken by one `tf.function` call (S), at
+            most; fewer if they would last over `max_call_ms`.
+        max_call_ms: Wanted upper bound of one call's duration, so that
+            interleaved timers take turns often; at least one sample.
+        max_calls_per_sample: Upper bound on K.
+        warmup_calls: Untimed one-iteration samples after tracing.
+        input_copies: Random input sets the loop rotates through.
+        weight_copies: Copies of the model, each with its own fresh
+            weights, the loop rotates through: more copies keep a small
+            model's weights from staying hot in cache, as a whole model's
+            do not. The model itself counts as one.
+        subtract_loop_overhead: Subtract the per-iteration cost of the
+            loop machinery, measured on an empty model.
+        seed: Seed of the synthetic inputs.
+        chain_links: Bricks in one chain, at most (chain protocol, see
+            `dlbricks_tf.measuring.campaign`); there `precision` is that of each
+            model's estimate and the caps are per chain.
+        chain_order: "model" (the models' order) or "shuffled".
+    """
+
+    precision: float = 0.02
+    absolute_precision_ms: float = 0.001
+    min_samples: int = 10
+    max_samples: int = 200
+    max_seconds: float = 10.0
+    target_sample_ms: float = 1.0
+    samples_per_call: int = 20
+    max_call_ms: float = 40.0
+    max_calls_per_sample: int = 10_000
+    warmup_calls: int = 2
+    input_copies: int = 1
+    weight_copies: int = 1
+    subtract_loop_overhead: bool = True
+    seed: int = 0
+    chain_links: int = 128
+    chain_order: str = "model"
+
+
+def model_and_brick_options(
+    protocol: str,
+    *,
+    input_copies: int = 1,
+    weight_copies: int = 1,
+    chain_links: int = 128,
+    chain_order: str = "model",
+    brick_max_samples: int | None = None,
+    brick_max_seconds: float | None = None,
+    **model_options,
+) -> tuple[TimingOptions, TimingOptions]:
+    """The options of whole models and of bricks, from a front end's flags.
+
+    Copies of inputs and weights are for bricks only: they give a brick
+    what it sees inside a whole model (an input and weights not left in
+    cache by its own previous call); a whole model needs none, and its
+    trace would grow by the number of copies. Under `protocol="loop"`
+    (each brick timed alone; ONNX Runtime always times so) the brick caps
+    apply per brick, never above the models' caps; in a chain the caps are
+    per chain, the models' own.
+
+    Args:
+        protocol: "chain" or "loop", how bricks are timed.
+        input_copies, weight_copies, chain_links, chain_order: Those of
+            the bricks (see `TimingOptions`).
+        brick_max_samples, brick_max_seconds: Caps per brick under
+            "loop" (None: the models' caps).
+        **model_options: Other `TimingOptions` fields, for both.
+
+    Returns:
+        (options of whole models, options of bricks).
+
+    Example:
+        >>> models, bricks = model_and_brick_options(
+        ...     "loop", max_samples=100, brick_max_samples=60, input_copies=4
+        ... )
+        >>> models.input_copies, bricks.input_copies, bricks.max_samples
+        (1, 4, 60)
+    """
+    options = TimingOptions(**model_options)
+    bricks = dataclasses.replace(
+        options,
+        input_copies=input_copies,
+        weight_copies=weight_copies,
+        chain_links=chain_links,
+        chain_order=chain_order,
+    )
+    if protocol == "loop":
+        bricks = dataclasses.replace(
+            bricks,
+            max_samples=_within(brick_max_samples, options.max_samples),
+            max_seconds=_within(brick_max_seconds, options.max_seconds),
+        )
+    return options, bricks
+
+
+def _within(cap, most):
+    """`cap`, at most `most` (`most` when there is no cap)."""
+    return most if cap is None else min(cap, most)
+
+
+class Sampler(Protocol):
+    """What `time_interleaved` needs of a timer (`Timer`, `OrtTimer`)."""
+
+    @property
+    def done(self) -> bool:
+        """Whether sampling should stop."""
+
+    def sample(self) -> list[float]:
+        """Takes one batch of samples; returns them, ms per call."""
+
+    def result(self) -> stats.Timing:
+        """Summarises the samples."""
+
+
+class AdaptiveSampling:
+    """The stopping rule every timer shares (`Timer`, `ort_timing.OrtTimer`).
+
+    Samples are taken in batches of at most S (`_s`) until the median's
+    95% interval is within the options' precision (`settled`) or a cap on
+    samples or sampling time is reached (`capped`). Subclasses set
+    `options`, and keep `_samples` (ms per call), `_sampling_s` and `_s`.
+    """
+
+    options: TimingOptions
+    _samples: list[float]
+    _sampling_s: float
+    _s: int
+
+    @property
+    def samples(self) -> tuple[float, ...]:
+        """Samples so far, in ms per call."""
+        return tuple(self._samples)
+
+    @property
+    def settled(self) -> bool:
+        """Whether the median is known to the requested precision."""
+        return stats.is_settled(
+            self._samples,
+            self.options.precision,
+            self.options.min_samples,
+            self.options.absolute_precision_ms,
+        )
+
+    @property
+    def capped(self) -> bool:
+        """Whether a sampling cap has been reached."""
+        return (
+            len(self._samples) >= self.options.max_samples
+            or self._sampling_s >= self.options.max_seconds
+        )
+
+    @property
+    def done(self) -> bool:
+        """Whether sampling should stop (settled or capped)."""
+        return self.settled or self.capped
+
+    def _batch_count(self) -> int:
+        """Samples the next batch takes: S, fewer if `max_samples` is near."""
+        left = self.options.max_samples - len(self._samples)
+        return max(min(self._s, left), 1)
+
+
+def time_interleaved(timers: Sequence[Sampler]) -> list[stats.Timing]:
+    """Samples timers in rounds until each is done; returns their results.
+
+    Each round takes one batch of samples of every timer that is not done
+    yet, so measurements that will be compared (bricks and their whole
+    model) are taken close together in time on a noisy machine.
+
+    Args:
+        timers: Timers to sample: `Timer`s, `OrtTimer`s, or any `Sampler`.
+
+    Returns:
+        One `Timing` per timer, in order.
+    """
+    pending = list(timers)
+    while pending:
+        for timer in pending:
+            timer.sample()
+        pending = [t for t in pending if not t.done]
+    return [t.result() for t in timers]

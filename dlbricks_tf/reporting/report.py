@@ -1,0 +1,296 @@
+"""Plain-text (Markdown) tables of a job's results, for a terminal or a README.
+
+`format_report` renders report.json (see `dlbricks_tf.job`): one row per
+model and G (measured, sequential and parallel estimates, normalized
+latency), then one row per G (geomean, range, speed-up, wall-clock times).
+`format_decompositions` and `format_estimates` render the `decompose` and
+`estimate` commands' output. Rows that say how their estimate was
+obtained (`sources`: timed, covered by bricks of several G, or with
+predicted bricks, see `dlbricks_tf.estimating.beyond`) get a `source` column.
+
+Example:
+    print(format_report(json.loads(Path("report.json").read_text())))
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+
+def _f(value: Any, digits: int = 3) -> str:
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return "-"
+    return f"{value:.{digits}f}"
+
+
+def _g(row: Mapping[str, Any]) -> str:
+    """G of a report row, "fused" added for fused decompositions."""
+    fused = row.get("split") == "fused"
+    return f"{row['granularity']}{' fused' if fused else ''}"
+
+
+def format_report(report: Mapping[str, Any]) -> str:
+    """The per-model and per-G tables of a report, as Markdown.
+
+    An `estimate +-%` column (the relative half-width the bricks' 95%
+    intervals leave each estimate) is added when the rows carry
+    `estimate_precision`, a `setup s` column when the corpus rows carry
+    `campaign_setup_s` (the part of the campaign no sampling cap shortens),
+    a `repeat diff` column when they carry `repeat_median_rel_diff`
+    (benchmarks/accuracy.py's recheck), a `failed bricks` column when a
+    model has no estimate because bricks of it failed (`failed_bricks`);
+    rows of fused decompositions (`"split": "fused"`) show G as "1 fused".
+    """
+    precise = any("estimate_precision" in r for r in report["runs"])
+    failed = any(r.get("failed_bricks") for r in report["runs"])
+    sourced = _beyond_timed(report["runs"])
+    lines = [
+        "| model | G | measured ms | sequential ms | parallel ms "
+        "| normalized | normalized (min) |"
+        + (" estimate +-% |" * precise)
+        + (" failed bricks |" * failed)
+        + (" source |" * sourced),
+        "|---|---:|---:|---:|---:|---:|---:|"
+        + ("---:|" * precise)
+        + ("---|" * failed)
+        + ("---|" * sourced),
+    ]
+    for r in report["runs"]:
+        line = (
+            f"| {r['model']} | {_g(r)} | {_f(r['measured_ms'])} "
+            f"| {_f(r['estimated_ms'])} | {_f(r['estimated_parallel_ms'])} "
+            f"| {_f(r['normalized'])} "
+            f"| {_f(r.get('normalized_min', math.nan))} |"
+        )
+        if precise:
+            width = r.get("estimate_precision")
+            line += f" {_f(None if width is None else 100 * width, 1)} |"
+        if failed:
+            line += f" {_signatures(r.get('failed_bricks') or ())} |"
+        if sourced:
+            line += f" {format_source(r)} |"
+        lines.append(line)
+    repeat = any("repeat_median_rel_diff" in c for c in report["corpus"])
+    setup = any("campaign_setup_s" in c for c in report["corpus"])
+    header = (
+        "| G | geomean | min | max | speed-up | unique bricks "
+        "| campaign s | end-to-end s |"
+    )
+    rule = "|---:|---:|---:|---:|---:|---:|---:|---:|"
+    if setup:
+        header, rule = (
+            header + " setup s | setup ms/brick |",
+            rule + "---:|---:|",
+        )
+    if repeat:
+        header, rule = header + " repeat diff |", rule + "---:|"
+    lines += ["", header, rule]
+    for c in report["corpus"]:
+        line = (
+            f"| {_g(c)} | {_f(c['geomean_normalized'])} "
+            f"| {_f(c['min_normalized'])} | {_f(c['max_normalized'])} "
+            f"| {_f(c['speedup'], 2)} "
+            f"| {c.get('unique_bricks', '-')}/{c.get('total_bricks', '-')} "
+            f"| {_f(c['campaign_wall_s'], 1)} "
+            f"| {_f(c['end_to_end_wall_s'], 1)} |"
+        )
+        if setup:
+            timed = c.get("bricks_timed")
+            per_brick = (
+                1e3 * c["campaign_setup_s"] / timed
+                if timed and c.get("campaign_setup_s") is not None
+                else None
+            )
+            line += (
+                f" {_f(c.get('campaign_setup_s'), 1)} | {_f(per_brick, 1)} |"
+            )
+        if repeat:
+            line += f" {_f(c.get('repeat_median_rel_diff'))} |"
+        lines.append(line)
+    return "\n".join(lines)
+
+
+def _signatures(signatures, shown: int = 3) -> str:
+    """The first `shown` signatures, then how many more ("" for none)."""
+    signatures = list(signatures)
+    more = len(signatures) - shown
+    return ", ".join(signatures[:shown]) + (
+        f" (+{more} more)" if more > 0 else ""
+    )
+
+
+def format_failed(rows: Sequence[Mapping[str, Any]]) -> str:
+    """One line naming the bricks that failed, and the models left out.
+
+    Args:
+        rows: Rows of report.json's `runs` (`model`, `granularity` and
+            `failed_bricks`, {signature: reason}).
+
+    Returns:
+        The line, or "" when no brick failed.
+    """
+    reasons: dict[str, str] = {}
+    models = []
+    for r in rows:
+        if r.get("failed_bricks"):
+            reasons.update(r["failed_bricks"])
+            models.append(f"{r['model']} G={r['granularity']}")
+    if not reasons:
+        return ""
+    items = list(reasons.items())
+    shown = "; ".join(f"{s} ({reason})" for s, reason in items[:3])
+    more = len(items) - 3
+    return (
+        f"Failed: {len(items)} brick(s) could not be built or timed: "
+        f"{shown}{f' (+{more} more)' if more > 0 else ''}. No estimate for "
+        f"{', '.join(models)}. They are recorded as failed in the store; "
+        "every other brick and model was timed, and a rerun tries them "
+        "again."
+    )
+
+
+def format_decompositions(
+    decompositions: Mapping[str, Any], *, bricks: bool = True
+) -> str:
+    """Each model's bricks (layers, classes, inputs, signature) and counts.
+
+    Args:
+        decompositions: {model: Decomposition}, all at the same G.
+        bricks: List every brick, or only the counts.
+
+    Returns:
+        Markdown: a table of bricks per model, then a summary table.
+    """
+    seen: set[str] = set()
+    unique_per_model = {}
+    out = []
+    for name, d in decompositions.items():
+        sigs = [b.signature for b in d.bricks]
+        unique = set(sigs)
+        unique_per_model[name] = (len(sigs), len(unique), len(unique - seen))
+        seen.update(sigs)
+        if not bricks:
+            continue
+        out += [
+            f"## {name} (G={d.granularity}): {d.num_calls} layer calls, "
+            f"{len(d.bricks)} bricks",
+            "",
+            "| # | layers | classes | inputs | signature | reads |",
+            "|---:|---|---|---|---|---|",
+        ]
+        for i, (b, deps) in enumerate(
+            zip(d.bricks, d.dependencies, strict=True)
+        ):
+            out.append(
+                f"| {i} | {', '.join(b.layers)} | {', '.join(b.class_names)} "
+                f"| {format_inputs(b.inputs)} | {b.signature} "
+                f"| {', '.join(map(str, deps))} |"
+            )
+        out.append("")
+    out += [
+        "| model | bricks | unique in model | new to corpus |",
+        "|---|---:|---:|---:|",
+    ]
+    for name, (total, unique, new) in unique_per_model.items():
+        out.append(f"| {name} | {total} | {unique} | {new} |")
+    total = sum(t for t, _, _ in unique_per_model.values())
+    out.append(f"| (corpus) | {total} | {len(seen)} | {len(seen)} |")
+    return "\n".join(out)
+
+
+def format_inputs(specs: Sequence[Any]) -> str:
+    """Input specs as `(224, 224, 3) float32; ...` (batch left out)."""
+    return "; ".join(f"{tuple(s.shape)} {s.dtype}" for s in specs)
+
+
+def format_estimates(rows: Sequence[Mapping[str, Any]]) -> str:
+    """The `estimate` command's rows (see `job.estimate_models`).
+
+    Rows of `beyond.estimate_models` (they carry `method`) add a `source`
+    column (`format_source`).
+    """
+    sourced = any("method" in r for r in rows)
+    lines = [
+        "| model | G | mode | estimated ms | low ms | high ms | measured ms "
+        "| normalized | noisy bricks |" + (" source |" * sourced),
+        "|---|---:|---|---:|---:|---:|---:|---:|---:|" + ("---|" * sourced),
+    ]
+    for r in rows:
+        lines.append(
+            f"| {r['model']} | {r['granularity']} | {r['mode']} "
+            f"| {_f(r['estimated_ms'])} | {_f(r['low_ms'])} "
+            f"| {_f(r['high_ms'])} | {_f(r['measured_ms'])} "
+            f"| {_f(r['normalized'])} | {r['noisy_bricks']} |"
+            + (f" {format_source(r)} |" * sourced)
+        )
+    return "\n".join(lines)
+
+
+def format_source(row: Mapping[str, Any]) -> str:
+    """How a row's estimate was obtained, with the share of each source.
+
+    E.g. "timed"; "covered: G=3 85%, G=2 11%, G=1 4%"; "predicted 12%
+    (5 bricks)"; "covered: G=3 80%, G=1 8%; predicted 12% (5 bricks)".
+    A row without `sources` was timed.
+    """
+    sources = row.get("sources") or {"timed": 1.0}
+    method = row.get("method", "timed")
+    parts = []
+    if method.startswith("covered"):
+        sizes = sorted(
+            ((k, v) for k, v in sources.items() if k.startswith("G=")),
+            key=lambda kv: -int(kv[0][2:]),
+        )
+        parts.append(
+            "covered: "
+            + ", ".join(f"{k} {100 * v:.0f}%" for k, v in sizes if v > 0)
+        )
+    predicted = sources.get("predicted", 0.0)
+    if predicted or "predicted" in method:
+        count = row.get("predicted_bricks")
+        parts.append(
+            f"predicted {100 * predicted:.0f}%"
+            + (f" ({count} bricks)" if count is not None else "")
+        )
+    return "; ".join(parts) or "timed"
+
+
+def _beyond_timed(rows: Sequence[Mapping[str, Any]]) -> bool:
+    """Whether any row's estimate was not simply timed at its G."""
+    return any(r.get("method", "timed") != "timed" for r in rows)
+
+
+def format_noisy(rows: Sequence[Mapping[str, Any]]) -> str:
+    """One line naming the rows whose figures rest on noisy timings.
+
+    Args:
+        rows: Rows of report.json's `runs` or of the `estimate` command
+            (`model`, `granularity`, `noisy_bricks`, and `measured_noisy`
+            when the end-to-end timing is known).
+
+    Returns:
+        The line, or "" when no row uses a timing flagged noisy.
+    """
+    flagged = []
+    for r in rows:
+        parts = []
+        if r.get("noisy_bricks"):
+            parts.append(f"{r['noisy_bricks']} brick(s)")
+        if r.get("measured_noisy"):
+            parts.append("end to end")
+        if parts:
+            flagged.append(
+                f"{r['model']} G={r['granularity']} ({', '.join(parts)})"
+            )
+    if not flagged:
+        return ""
+    return (
+        f"Noisy: {'; '.join(flagged)}: these timings did not reach their "
+        "precision within the sampling caps (a chained brick is flagged "
+        "when it keeps a model's estimate from --precision; a looped one "
+        "was measured twice), so the figures above rest on them. They are "
+        "retimed by the next run; a quieter machine or larger "
+        "--max_seconds help."
+    )
