@@ -128,14 +128,7 @@ def main(argv):
         }
     with tempfile.TemporaryDirectory() as tmp:
         with Store(beyond.copy_store(_DB.value, tmp)) as store:
-            (settings, fp), *others = beyond.stored_pairs(store)
-            if others:
-                print(f"(several settings stored; using {settings.key()})")
-            results = store.results(settings, fp)
-            measured = {
-                r["model"]: store.get_model(r["model"], settings, fp)
-                for r in store.rows("model")
-            }
+            settings, fp, results, measured = beyond.first_pair_timings(store)
             passes = (
                 _passes(store, settings, fp, gs) if by_pass is not None else {}
             )

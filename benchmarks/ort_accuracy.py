@@ -37,7 +37,23 @@ from pathlib import Path
 
 from absl import app, flags, logging
 
+from benchmarks import sampling_flags
 from dlbricks_tf import corpus
+
+flags.adopt_module_key_flags(sampling_flags)  # Shown by --helpshort.
+_BATCH = sampling_flags.BATCH
+_INTRA = sampling_flags.INTRA
+_INTER = sampling_flags.INTER
+_PRECISION = sampling_flags.PRECISION
+_MAX_SECONDS = sampling_flags.MAX_SECONDS
+_MAX_SAMPLES = sampling_flags.MAX_SAMPLES
+_TARGET_MS = sampling_flags.TARGET_MS
+_SAMPLES_PER_CALL = sampling_flags.SAMPLES_PER_CALL
+_BRICK_MAX_SAMPLES = sampling_flags.BRICK_MAX_SAMPLES
+_BRICK_MAX_SECONDS = sampling_flags.BRICK_MAX_SECONDS
+_COPIES = sampling_flags.COPIES
+_WEIGHT_COPIES = sampling_flags.WEIGHT_COPIES
+_ABSOLUTE_MS = sampling_flags.ABSOLUTE_MS
 
 # One model per family (corpus.FAMILIES); --all for the 40.
 _DEFAULT_MODELS = list(corpus.FAMILIES)
@@ -49,61 +65,7 @@ _ALL = flags.DEFINE_bool(
     "all", False, "Use all keras.applications models (overrides --models)."
 )
 _GRANULARITIES = flags.DEFINE_list("granularities", ["1"], "Values of G.")
-_BATCH = flags.DEFINE_integer("batch_size", 1, "Batch size.", lower_bound=1)
-_INTRA = flags.DEFINE_integer(
-    "intra_op_threads", None, "Intra-op threads (default: physical cores).",
-    lower_bound=1,
-)  # fmt: skip
-_INTER = flags.DEFINE_integer(
-    "inter_op_threads", 1, "Inter-op threads.", lower_bound=1
-)
-_PRECISION = flags.DEFINE_float(
-    "precision", 0.02, "Relative CI half-width to stop at.", lower_bound=0
-)
-_MAX_SECONDS = flags.DEFINE_float(
-    "max_seconds", 5.0, "Sampling cap per whole model, seconds."
-)
-_MAX_SAMPLES = flags.DEFINE_integer(
-    "max_samples", 100, "Sampling cap per whole model.", lower_bound=1
-)
-_TARGET_MS = flags.DEFINE_float(
-    "target_sample_ms", 1.0, "Duration of one sample (K calls), ms."
-)
-_SAMPLES_PER_CALL = flags.DEFINE_integer(
-    "samples_per_call",
-    20,
-    "Samples one timer takes per round, at most.",
-    lower_bound=1,
-)
-_BRICK_MAX_SAMPLES = flags.DEFINE_integer(
-    "brick_max_samples",
-    60,
-    "Sampling cap per brick (a brick that never settles is flagged noisy).",
-    lower_bound=1,
-)
-_BRICK_MAX_SECONDS = flags.DEFINE_float(
-    "brick_max_seconds", 1.0, "Sampling cap per brick, seconds."
-)
-_COPIES = flags.DEFINE_integer(
-    "input_copies",
-    1,
-    "Input copies the calls rotate through, bricks only: inside a whole "
-    "model a brick's input was just written by another layer, not left "
-    "in cache by the brick's previous call.",
-    lower_bound=1,
-)
-_WEIGHT_COPIES = flags.DEFINE_integer(
-    "weight_copies",
-    1,
-    "Sessions of each brick the calls rotate through (cold weights).",
-    lower_bound=1,
-)
-_ABSOLUTE_MS = flags.DEFINE_float(
-    "absolute_precision_ms",
-    0.001,
-    "Also stop once the median's CI half-width is below this, ms.",
-    lower_bound=0,
-)
+
 _FUSE = flags.DEFINE_bool(
     "fuse",
     False,

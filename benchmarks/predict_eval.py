@@ -98,15 +98,8 @@ def main(argv):
     setup_s = _setup_ms() / 1e3
     with tempfile.TemporaryDirectory() as tmp:
         with Store(beyond.copy_store(_DB.value, tmp)) as store:
-            (settings, fp), *others = beyond.stored_pairs(store)
-            if others:
-                print(f"(several settings stored; using {settings.key()})")
-            results = store.results(settings, fp)
-            measured = {
-                r["model"]: store.get_model(r["model"], settings, fp)
-                for r in store.rows("model")
-                if r["model"] in corpus.APPLICATIONS
-            }
+            settings, fp, results, measured = beyond.first_pair_timings(store)
+    measured = {m: t for m, t in measured.items() if m in corpus.APPLICATIONS}
     graphs = {}
     plans = {}
     configs = {}

@@ -12,27 +12,13 @@ from tensorboard.backend.event_processing import event_accumulator
 
 import dlbricks_tf
 from dlbricks_tf.analyzing import analyze
-from dlbricks_tf.fingerprint import SystemFingerprint
-from dlbricks_tf.settings import RunSettings
 from dlbricks_tf.stats import Timing
 from dlbricks_tf.store import Store
 from tests.analysis_test import repeated_blocks, small_head
+from tests.fakes import FP, SETTINGS
 
 BRICK_MS = 0.5
 MEASURED_MS = {"blocks": 5.0, "head": 1.0}
-SETTINGS = RunSettings(batch_size=1, intra_op_threads=1, inter_op_threads=1)
-FP = SystemFingerprint(
-    cpu_model="Test CPU",
-    physical_cores=1,
-    logical_cpus=1,
-    os="Linux",
-    machine="x86_64",
-    python="3.11",
-    tensorflow="2.21",
-    keras="3.15",
-    onnxruntime="",
-    onednn=True,
-)
 
 
 def _timing(ms: float) -> Timing:

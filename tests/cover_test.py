@@ -16,22 +16,10 @@ from dlbricks_tf.settings import RunSettings
 from dlbricks_tf.stats import Timing
 from dlbricks_tf.store import Store
 from tests import models
+from tests.fakes import FP, SETTINGS
 
-SETTINGS = RunSettings(batch_size=1, intra_op_threads=1, inter_op_threads=1)
 OTHER_SETTINGS = RunSettings(
     batch_size=1, intra_op_threads=2, inter_op_threads=1
-)
-FP = SystemFingerprint(
-    cpu_model="Test CPU",
-    physical_cores=1,
-    logical_cpus=1,
-    os="Linux",
-    machine="x86_64",
-    python="3.11",
-    tensorflow="2.21",
-    keras="3.15",
-    onnxruntime="",
-    onednn=True,
 )
 OTHER_FP = SystemFingerprint(**{**FP.to_dict(), "cpu_model": "Other CPU"})
 

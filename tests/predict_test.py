@@ -17,26 +17,14 @@ from dlbricks_tf.cutting.decompose import Cutter, from_runs, model_graph
 from dlbricks_tf.estimating import beyond, features
 from dlbricks_tf.estimating import estimate as estimate_lib
 from dlbricks_tf.estimating import predict as predict_lib
-from dlbricks_tf.fingerprint import SystemFingerprint, system_fingerprint
+from dlbricks_tf.fingerprint import system_fingerprint
 from dlbricks_tf.settings import RunSettings
 from dlbricks_tf.stats import Timing
 from dlbricks_tf.store import Store
 from tests import models
 from tests.cli import FAST, dlbricks
+from tests.fakes import FP, SETTINGS
 
-SETTINGS = RunSettings(batch_size=1, intra_op_threads=1, inter_op_threads=1)
-FP = SystemFingerprint(
-    cpu_model="Test CPU",
-    physical_cores=1,
-    logical_cpus=1,
-    os="Linux",
-    machine="x86_64",
-    python="3.11",
-    tensorflow="2.21",
-    keras="3.15",
-    onnxruntime="",
-    onednn=True,
-)
 # How far the predictor may miss the law on bricks of a model it never saw:
 # the median brick within 5%, every brick within 20%.
 MEDIAN_TOLERANCE = 0.05

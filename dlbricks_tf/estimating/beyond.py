@@ -297,3 +297,19 @@ def stored_pairs(store: Any) -> list[tuple[Any, Any]]:
         fp = SystemFingerprint.from_dict(r["fingerprint"])
         pairs.setdefault((settings.key(), fp.id), (settings, fp))
     return list(pairs.values())
+
+
+def first_pair_timings(store: Any) -> tuple[Any, Any, dict, dict]:
+    """(settings, fingerprint, brick results, model results) of the first
+    pair of `stored_pairs`, the pair the evaluations estimate against.
+
+    Prints a line if the store holds several pairs.
+    """
+    (settings, fp), *others = stored_pairs(store)
+    if others:
+        print(f"(several settings stored; using {settings.key()})")
+    measured = {
+        r["model"]: store.get_model(r["model"], settings, fp)
+        for r in store.rows("model")
+    }
+    return settings, fp, store.results(settings, fp), measured
