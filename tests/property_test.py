@@ -32,9 +32,10 @@ are tracked while drawing, so every plan builds; `_build` turns a plan into a
 
 The examples are derandomized (the same ones on every run, for CI).
 Environment:
-  DLBRICKS_PROPERTY_EXAMPLES: examples per test (default: 150 for the
-      structural test, 80 for the one that builds bricks; about a minute
-      together on two cores).
+  DLBRICKS_PROPERTY_EXAMPLES: examples per test (default: 60 for the
+      structural test, 40 for the one that builds bricks; under a minute
+      together on two cores, so that the whole suite stays well under 15
+      minutes).
   DLBRICKS_PROPERTY_SEED: draw other examples, from this seed.
 A long hunt for bugs:
   DLBRICKS_PROPERTY_EXAMPLES=400 DLBRICKS_PROPERTY_SEED=1 \\
@@ -749,7 +750,7 @@ def test_every_call_in_one_brick_and_signatures_stable(capsys, record_property):
     counts = collections.Counter(examples=0, calls=0, bricks=0)
     signatures: dict = {}
 
-    @_property(default_examples=150)
+    @_property(default_examples=60)
     def check(plan, granularity):
         keras.backend.clear_session()
         model, calls = _build(plan)
@@ -797,7 +798,7 @@ def test_bricks_build_run_and_reproduce_the_model(capsys, record_property):
     seen: dict = {}  # Signature -> (weights, inputs, outputs) of a brick.
 
     # fuse: fusion units kept whole (dlbricks_tf.cutting.split.fusion_units).
-    @_property(default_examples=80, fuse=st.booleans())
+    @_property(default_examples=40, fuse=st.booleans())
     def check(plan, granularity, fuse):
         keras.backend.clear_session()
         keras.utils.set_random_seed(0)
