@@ -138,7 +138,10 @@ def test_timer_times_a_loaded_brick(exported):
     while not timer.done:
         timer.sample()
     result = timer.result()
-    assert result.samples == 3 and result.median_ms > 0
+    # The brick takes microseconds: under load, its loop overhead (which is
+    # subtracted) can exceed it in most samples, never in all.
+    assert result.samples == 3
+    assert result.max_ms > 0 and result.median_ms >= 0
 
 
 def test_dynamic_batch_and_bad_batch(exported):
