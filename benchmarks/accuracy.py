@@ -44,20 +44,6 @@ from dlbricks_tf import corpus
 from dlbricks_tf.cutting import split as split_lib
 
 flags.adopt_module_key_flags(sampling_flags)  # Shown by --helpshort.
-_BATCH = sampling_flags.BATCH
-_INTRA = sampling_flags.INTRA
-_INTER = sampling_flags.INTER
-_PRECISION = sampling_flags.PRECISION
-_MAX_SECONDS = sampling_flags.MAX_SECONDS
-_MAX_SAMPLES = sampling_flags.MAX_SAMPLES
-_TARGET_MS = sampling_flags.TARGET_MS
-_SAMPLES_PER_CALL = sampling_flags.SAMPLES_PER_CALL
-_BRICK_MAX_SAMPLES = sampling_flags.BRICK_MAX_SAMPLES
-_BRICK_MAX_SECONDS = sampling_flags.BRICK_MAX_SECONDS
-_COPIES = sampling_flags.COPIES
-_WEIGHT_COPIES = sampling_flags.WEIGHT_COPIES
-_ABSOLUTE_MS = sampling_flags.ABSOLUTE_MS
-
 # One model per family (corpus.FAMILIES); --all for the 40.
 _DEFAULT_MODELS = list(corpus.FAMILIES)
 
@@ -263,9 +249,9 @@ def main(argv: list[str]) -> None:
     from dlbricks_tf import settings as settings_lib
 
     settings = settings_lib.RunSettings.default(
-        _BATCH.value,
-        intra_op_threads=_INTRA.value,
-        inter_op_threads=_INTER.value,
+        sampling_flags.BATCH.value,
+        intra_op_threads=sampling_flags.INTRA.value,
+        inter_op_threads=sampling_flags.INTER.value,
         protocol=_PROTOCOL.value,
     )
     settings_lib.configure_threads(
@@ -281,18 +267,18 @@ def main(argv: list[str]) -> None:
     # and input not left in cache by its previous call): bricks only.
     options, brick_options = sampling.model_and_brick_options(
         settings.protocol,
-        precision=_PRECISION.value,
-        max_samples=_MAX_SAMPLES.value,
-        max_seconds=_MAX_SECONDS.value,
-        target_sample_ms=_TARGET_MS.value,
-        samples_per_call=_SAMPLES_PER_CALL.value,
-        absolute_precision_ms=_ABSOLUTE_MS.value,
-        input_copies=_COPIES.value,
-        weight_copies=_WEIGHT_COPIES.value,
+        precision=sampling_flags.PRECISION.value,
+        max_samples=sampling_flags.MAX_SAMPLES.value,
+        max_seconds=sampling_flags.MAX_SECONDS.value,
+        target_sample_ms=sampling_flags.TARGET_MS.value,
+        samples_per_call=sampling_flags.SAMPLES_PER_CALL.value,
+        absolute_precision_ms=sampling_flags.ABSOLUTE_MS.value,
+        input_copies=sampling_flags.COPIES.value,
+        weight_copies=sampling_flags.WEIGHT_COPIES.value,
         chain_links=_CHAIN_LINKS.value,
         chain_order=_CHAIN_ORDER.value,
-        brick_max_samples=_BRICK_MAX_SAMPLES.value,
-        brick_max_seconds=_BRICK_MAX_SECONDS.value,
+        brick_max_samples=sampling_flags.BRICK_MAX_SAMPLES.value,
+        brick_max_seconds=sampling_flags.BRICK_MAX_SECONDS.value,
     )
     out = Path(_OUT.value)
     out.mkdir(parents=True, exist_ok=True)

@@ -41,20 +41,6 @@ from benchmarks import sampling_flags
 from dlbricks_tf import corpus
 
 flags.adopt_module_key_flags(sampling_flags)  # Shown by --helpshort.
-_BATCH = sampling_flags.BATCH
-_INTRA = sampling_flags.INTRA
-_INTER = sampling_flags.INTER
-_PRECISION = sampling_flags.PRECISION
-_MAX_SECONDS = sampling_flags.MAX_SECONDS
-_MAX_SAMPLES = sampling_flags.MAX_SAMPLES
-_TARGET_MS = sampling_flags.TARGET_MS
-_SAMPLES_PER_CALL = sampling_flags.SAMPLES_PER_CALL
-_BRICK_MAX_SAMPLES = sampling_flags.BRICK_MAX_SAMPLES
-_BRICK_MAX_SECONDS = sampling_flags.BRICK_MAX_SECONDS
-_COPIES = sampling_flags.COPIES
-_WEIGHT_COPIES = sampling_flags.WEIGHT_COPIES
-_ABSOLUTE_MS = sampling_flags.ABSOLUTE_MS
-
 # One model per family (corpus.FAMILIES); --all for the 40.
 _DEFAULT_MODELS = list(corpus.FAMILIES)
 
@@ -375,9 +361,9 @@ def main(argv: list[str]) -> None:
     except job.ModelSourceError as e:
         raise app.UsageError(str(e)) from None
     settings = settings_lib.RunSettings.default(
-        _BATCH.value,
-        intra_op_threads=_INTRA.value,
-        inter_op_threads=_INTER.value,
+        sampling_flags.BATCH.value,
+        intra_op_threads=sampling_flags.INTRA.value,
+        inter_op_threads=sampling_flags.INTER.value,
         backend="onnxruntime",
     )
     from dlbricks_tf import errors
@@ -391,16 +377,16 @@ def main(argv: list[str]) -> None:
     # in benchmarks/accuracy.py and the command line.
     options, brick_options = sampling.model_and_brick_options(
         "loop",
-        precision=_PRECISION.value,
-        max_samples=_MAX_SAMPLES.value,
-        max_seconds=_MAX_SECONDS.value,
-        target_sample_ms=_TARGET_MS.value,
-        samples_per_call=_SAMPLES_PER_CALL.value,
-        absolute_precision_ms=_ABSOLUTE_MS.value,
-        input_copies=_COPIES.value,
-        weight_copies=_WEIGHT_COPIES.value,
-        brick_max_samples=_BRICK_MAX_SAMPLES.value,
-        brick_max_seconds=_BRICK_MAX_SECONDS.value,
+        precision=sampling_flags.PRECISION.value,
+        max_samples=sampling_flags.MAX_SAMPLES.value,
+        max_seconds=sampling_flags.MAX_SECONDS.value,
+        target_sample_ms=sampling_flags.TARGET_MS.value,
+        samples_per_call=sampling_flags.SAMPLES_PER_CALL.value,
+        absolute_precision_ms=sampling_flags.ABSOLUTE_MS.value,
+        input_copies=sampling_flags.COPIES.value,
+        weight_copies=sampling_flags.WEIGHT_COPIES.value,
+        brick_max_samples=sampling_flags.BRICK_MAX_SAMPLES.value,
+        brick_max_seconds=sampling_flags.BRICK_MAX_SECONDS.value,
     )
     out = Path(_OUT.value)
     out.mkdir(parents=True, exist_ok=True)
