@@ -259,26 +259,13 @@ def main(argv: list[str]) -> None:
     )
     from dlbricks_tf import job
     from dlbricks_tf.fingerprint import system_fingerprint
-    from dlbricks_tf.measuring import sampling
     from dlbricks_tf.reporting.report import format_report
     from dlbricks_tf.store import Store
 
-    # Copies emulate what a brick sees inside a whole model (its weights
-    # and input not left in cache by its previous call): bricks only.
-    options, brick_options = sampling.model_and_brick_options(
+    options, brick_options = sampling_flags.options(
         settings.protocol,
-        precision=sampling_flags.PRECISION.value,
-        max_samples=sampling_flags.MAX_SAMPLES.value,
-        max_seconds=sampling_flags.MAX_SECONDS.value,
-        target_sample_ms=sampling_flags.TARGET_MS.value,
-        samples_per_call=sampling_flags.SAMPLES_PER_CALL.value,
-        absolute_precision_ms=sampling_flags.ABSOLUTE_MS.value,
-        input_copies=sampling_flags.COPIES.value,
-        weight_copies=sampling_flags.WEIGHT_COPIES.value,
         chain_links=_CHAIN_LINKS.value,
         chain_order=_CHAIN_ORDER.value,
-        brick_max_samples=sampling_flags.BRICK_MAX_SAMPLES.value,
-        brick_max_seconds=sampling_flags.BRICK_MAX_SECONDS.value,
     )
     out = Path(_OUT.value)
     out.mkdir(parents=True, exist_ok=True)

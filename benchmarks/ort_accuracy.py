@@ -368,26 +368,11 @@ def main(argv: list[str]) -> None:
     )
     from dlbricks_tf import errors
     from dlbricks_tf.fingerprint import system_fingerprint
-    from dlbricks_tf.measuring import sampling
     from dlbricks_tf.reporting.report import format_report
     from dlbricks_tf.store import Store
 
-    # ORT times each brick alone ("loop"). Copies emulate what a brick
-    # sees inside a whole model (cold weights and input): bricks only, as
-    # in benchmarks/accuracy.py and the command line.
-    options, brick_options = sampling.model_and_brick_options(
-        "loop",
-        precision=sampling_flags.PRECISION.value,
-        max_samples=sampling_flags.MAX_SAMPLES.value,
-        max_seconds=sampling_flags.MAX_SECONDS.value,
-        target_sample_ms=sampling_flags.TARGET_MS.value,
-        samples_per_call=sampling_flags.SAMPLES_PER_CALL.value,
-        absolute_precision_ms=sampling_flags.ABSOLUTE_MS.value,
-        input_copies=sampling_flags.COPIES.value,
-        weight_copies=sampling_flags.WEIGHT_COPIES.value,
-        brick_max_samples=sampling_flags.BRICK_MAX_SAMPLES.value,
-        brick_max_seconds=sampling_flags.BRICK_MAX_SECONDS.value,
-    )
+    # ORT times each brick alone ("loop").
+    options, brick_options = sampling_flags.options("loop")
     out = Path(_OUT.value)
     out.mkdir(parents=True, exist_ok=True)
     fp = system_fingerprint()

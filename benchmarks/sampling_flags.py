@@ -61,3 +61,30 @@ ABSOLUTE_MS = flags.DEFINE_float(
     "Also stop once the median's CI half-width is below this, ms.",
     lower_bound=0,
 )
+
+
+def options(protocol: str, **bricks):
+    """(whole-model, brick) `TimingOptions` from these flags.
+
+    Args:
+        protocol: How bricks are timed ("chain" or "loop"; ORT: "loop").
+        **bricks: Other brick options (chain_links, chain_order).
+    """
+    from dlbricks_tf.measuring import sampling
+
+    # Copies emulate what a brick sees inside a whole model (its weights
+    # and input not left in cache by its previous call): bricks only.
+    return sampling.model_and_brick_options(
+        protocol,
+        precision=PRECISION.value,
+        max_samples=MAX_SAMPLES.value,
+        max_seconds=MAX_SECONDS.value,
+        target_sample_ms=TARGET_MS.value,
+        samples_per_call=SAMPLES_PER_CALL.value,
+        absolute_precision_ms=ABSOLUTE_MS.value,
+        input_copies=COPIES.value,
+        weight_copies=WEIGHT_COPIES.value,
+        brick_max_samples=BRICK_MAX_SAMPLES.value,
+        brick_max_seconds=BRICK_MAX_SECONDS.value,
+        **bricks,
+    )
