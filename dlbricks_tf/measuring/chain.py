@@ -2,7 +2,10 @@
 
 A chain is a list of bricks (built Keras models) run one after another in
 one traced function. One call of it is one pass over the chain: every brick
-once, in order, with a `tf.timestamp()` between consecutive bricks. Each
+once (or `repeats` times, spread), in order, with a `tf.timestamp()`
+between consecutive bricks. A brick reads the outputs of the brick before
+it where they fit (`feed_plan`), as a layer reads its predecessor's in a
+model, and fresh copies of synthetic inputs otherwise. Each
 brick starts after the stamp before it, and the stamp after it depends on
 the brick's outputs, so the time between two stamps is the brick's, plus
 what reading a stamp and handing over to the next op costs (the link cost).
@@ -30,7 +33,7 @@ Example:
                        settings)
     while not enough:
         chain.sample()
-    chain.result(sig, noisy=False).median_ms
+    chain.result(index, noisy=False).median_ms
 """
 
 from __future__ import annotations
