@@ -232,6 +232,23 @@ def _recheck(suite, results, settings, options) -> dict:
     }
 
 
+def _drift(previous: dict[str, float], runs) -> dict:
+    """How far the whole models moved since the last pass (minutes before).
+
+    Each pass times every whole model again, to its precision: the median
+    relative difference is the machine's own drift over a pass, the floor
+    of any recheck of the bricks (which are timed as far apart).
+    """
+    diffs = sorted(
+        abs(r["measured_ms"] - previous[r["model"]]) / previous[r["model"]]
+        for r in runs
+        if previous.get(r["model"])
+    )
+    if not diffs:
+        return {}
+    return {"model_drift_median_rel_diff": diffs[len(diffs) // 2]}
+
+
 def main(argv: list[str]) -> None:
     if len(argv) > 1:
         raise app.UsageError(f"Unexpected arguments: {argv[1:]}")
@@ -271,6 +288,7 @@ def main(argv: list[str]) -> None:
     out.mkdir(parents=True, exist_ok=True)
     fp = system_fingerprint()
     report = job.new_report(fp, settings, brick_options)
+    previous: dict[str, float] = {}  # The last pass's whole models.
     with Store(out / "store.sqlite") as store:
         for g in granularities:
             for split in _SPLITS.value:
@@ -278,6 +296,8 @@ def main(argv: list[str]) -> None:
                     g, sources, settings, fp, options, brick_options, store,
                     fuse=split == "fused",
                 )  # fmt: skip
+                row.update(_drift(previous, runs))
+                previous = {r["model"]: r["measured_ms"] for r in runs}
                 report["runs"] += runs
                 report["corpus"].append(row)
                 # Rewrite after every run so a stopped one keeps its rows.

@@ -59,6 +59,16 @@ def test_format_report_adds_the_repeat_column():
     assert text.splitlines()[-1].endswith("| 0.012 |")
 
 
+def test_format_report_adds_the_model_drift_after_repeat():
+    first = REPORT["corpus"][0]
+    corpus = [first, {**first, "model_drift_median_rel_diff": 0.081}]
+    lines = report.format_report({**REPORT, "corpus": corpus}).splitlines()
+    assert lines[-4].endswith("| end-to-end s | model drift |")
+    # The first pass has nothing to move from: a dash.
+    assert lines[-2].endswith("| 20.0 | - |")
+    assert lines[-1].endswith("| 20.0 | 0.081 |")
+
+
 def test_format_report_adds_the_setup_column_before_repeat():
     corpus = [
         {

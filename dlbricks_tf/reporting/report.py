@@ -39,8 +39,11 @@ def format_report(report: Mapping[str, Any]) -> str:
     `estimate_precision`, a `setup s` column when the corpus rows carry
     `campaign_setup_s` (the part of the campaign no sampling cap shortens),
     a `repeat diff` column when they carry `repeat_median_rel_diff`
-    (benchmarks/accuracy.py's recheck), a `failed bricks` column when a
-    model has no estimate because bricks of it failed (`failed_bricks`);
+    (benchmarks/accuracy.py's recheck), a `model drift` column when they
+    carry `model_drift_median_rel_diff` (the whole models' median move
+    since the previous G's pass of the same run), a `failed bricks` column
+    when a model has no estimate because bricks of it failed
+    (`failed_bricks`);
     rows of fused decompositions (`"split": "fused"`) show G as "1 fused".
     """
     precise = any("estimate_precision" in r for r in report["runs"])
@@ -86,6 +89,9 @@ def format_report(report: Mapping[str, Any]) -> str:
         )
     if repeat:
         header, rule = header + " repeat diff |", rule + "---:|"
+    drift = any("model_drift_median_rel_diff" in c for c in report["corpus"])
+    if drift:
+        header, rule = header + " model drift |", rule + "---:|"
     lines += ["", header, rule]
     for c in report["corpus"]:
         line = (
@@ -108,6 +114,8 @@ def format_report(report: Mapping[str, Any]) -> str:
             )
         if repeat:
             line += f" {_f(c.get('repeat_median_rel_diff'))} |"
+        if drift:
+            line += f" {_f(c.get('model_drift_median_rel_diff'))} |"
         lines.append(line)
     return "\n".join(lines)
 
