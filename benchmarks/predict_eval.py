@@ -44,7 +44,10 @@ from absl import app, flags
 _DB = flags.DEFINE_string("db", None, "Store to read (copied first).")
 _G = flags.DEFINE_integer("granularity", 1, "G of the bricks.", lower_bound=1)
 _METHOD = flags.DEFINE_enum(
-    "method", "trees", ["trees", "hybrid", "roofline"], "Predictor."
+    "method",
+    "efficiency",
+    ["efficiency", "trees", "hybrid", "roofline"],
+    "Predictor (dlbricks_tf.estimating.predict.METHODS).",
 )
 _REPORT = flags.DEFINE_string(
     "report", None, "report.json of the run (for the setup cost per brick)."

@@ -1,4 +1,4 @@
-"""Tests for dlbricks_tf/estimating/predict.py, features.py and beyond.py.
+"""Tests for dlbricks_tf/estimating/predict.py, features.py, cost.py, beyond.py.
 
 The bricks are those of real Keras models; their "timings" follow a known
 law of the bricks' features and are written to real SQLite stores, so what
@@ -14,7 +14,7 @@ from keras import layers
 
 from dlbricks_tf.cutting import split
 from dlbricks_tf.cutting.decompose import Cutter, from_runs, model_graph
-from dlbricks_tf.estimating import beyond, features
+from dlbricks_tf.estimating import beyond, cost, features
 from dlbricks_tf.estimating import estimate as estimate_lib
 from dlbricks_tf.estimating import predict as predict_lib
 from dlbricks_tf.fingerprint import system_fingerprint
@@ -127,6 +127,94 @@ def test_the_predictor_recovers_a_known_law(graphs, tmp_path):
     for s in unseen:  # Nothing was run: no samples, an interval from CV.
         t = got[s]
         assert t.samples == 0 and t.ci_low_ms <= t.median_ms <= t.ci_high_ms
+
+
+def efficiency_law_ms(f) -> float:
+    """Another synthetic latency: the physical guess times an efficiency.
+
+    The efficiency depends on what a brick computes, not on its size: wide
+    windows run at half the rate, and a piecewise activation costs 3x.
+    """
+    ms = cost.brick_cost_ms(f)
+    if f["max_kernel"] >= 5:
+        ms *= 2.0
+    if f["act_class_piecewise"]:
+        ms *= 3.0
+    return ms
+
+
+def _wide_net(seed: int) -> keras.Model:
+    """A network far larger than `_net`'s: 64-96 pixels, 64-128 filters."""
+    rng = np.random.default_rng(seed)
+    x = inp = keras.Input((int(rng.choice([64, 96])),) * 2 + (16,))
+    for _ in range(3):
+        kernel = int(rng.choice([1, 3, 5]))
+        x = layers.Conv2D(int(rng.choice([64, 128])), kernel, padding="same")(x)
+        x = layers.Activation("hard_silu" if rng.random() < 0.5 else "relu")(x)
+    return keras.Model(inp, x, name=f"wide{seed}")
+
+
+def test_efficiency_extrapolates_to_bricks_larger_than_any_learnt(tmp_path):
+    """Trained on small bricks, priced right on ones 10-100x as large."""
+    small = {}
+    for seed in range(8):  # The small nets, with hard_silu activations too.
+        rng = np.random.default_rng(seed)
+        x = inp = keras.Input((int(rng.choice([8, 16])),) * 2 + (4,))
+        for _ in range(3):
+            kernel = int(rng.choice([1, 3, 5]))
+            filters = int(rng.choice([4, 8, 16]))
+            x = layers.Conv2D(filters, kernel, padding="same")(x)
+            x = layers.Activation(str(rng.choice(["hard_silu", "relu"])))(x)
+        small[f"small{seed}"] = model_graph(keras.Model(inp, x))
+    graph, factory = model_graph(_wide_net(0))
+    store = Store(tmp_path / "s.sqlite")
+    learn_ms = []
+    for g, f in [*small.values(), (graph, factory)]:
+        cut = Cutter(g, f)
+        for i in range(len(g.calls)):
+            b = cut.brick(i, i + 1)
+            ms = efficiency_law_ms(features.brick_features(b, g.specs))
+            store.put(b.signature, SETTINGS, FP, _timing(ms))
+            if g is not graph:
+                learn_ms.append(ms)
+    results = store.results(SETTINGS, FP)
+    store.close()
+    data = predict_lib.examples(small, results, max_granularity=1)
+    predictor = predict_lib.Predictor.fit(data)
+    assert predictor.method == "efficiency"
+    bricks = from_runs(graph, factory, split.split(graph, 1), granularity=1)
+    got = predictor.predict_bricks(bricks.bricks, graph.specs)
+    assert max(results[s].median_ms for s in got) > 10 * max(learn_ms)
+    for s, t in got.items():
+        assert t.median_ms == pytest.approx(results[s].median_ms, rel=0.10)
+
+
+def test_cost_is_the_larger_of_arithmetic_and_memory_time():
+    # 1 GFLOP of products: 10 ms at 100 GFLOP/s; 1 MB: 0.1 ms at 10 GB/s.
+    assert cost.cost_ms(1, 1e9, 0, 0, 1e6) == pytest.approx(0.01 + 10)
+    # Memory-bound: 100 MB and 1 MFLOP of vector work.
+    assert cost.cost_ms(2, 0, 0, 1e6, 1e8) == pytest.approx(0.02 + 10)
+    # Arithmetic of each kind at its own rate, summed.
+    assert cost.cost_ms(0, 1e8, 1e7, 3e6, 0) == pytest.approx(3.0)
+
+
+def test_features_name_activations_however_a_layer_applies_them():
+    inp = keras.Input((8, 8, 3))
+    x = layers.Conv2D(4, (1, 7), padding="same", activation="relu")(inp)
+    x = layers.ReLU(max_value=6.0)(x)
+    x = layers.Activation("hard_silu")(x)
+    x = layers.Softmax()(x)
+    graph, factory = model_graph(keras.Model(inp, x))
+    cut = Cutter(graph, factory)
+    conv, relu6, hard, soft = (
+        features.brick_features(cut.brick(i, i + 1), graph.specs)
+        for i in range(4)
+    )
+    assert conv["act_relu"] == conv["act_class_cheap"] == 1
+    assert conv["max_kernel"] == 7 and conv["max_kernel_area"] == 7
+    assert relu6["act_relu6"] == relu6["act_class_cheap"] == 1
+    assert hard["act_class_piecewise"] == 1 and hard["act_relu"] == 0
+    assert soft["act_softmax"] == soft["act_class_transcendental"] == 1
 
 
 def test_too_few_bricks_to_learn_from_is_an_error(graphs, tmp_path):

@@ -6,7 +6,8 @@ layer call on top. `brick_features` counts these from the brick's layer
 configs and the tensor shapes the graph records, with no TensorFlow: per
 kind of layer (convolution, depthwise, dense, normalization, activation,
 elementwise, pooling, reshaping, ...) the calls and their FLOPs, then the
-totals, the shapes at the brick's edges and the activation functions used.
+totals, the shapes at the brick's edges and the activation functions used
+(by name, and by what they cost per element).
 
 The FLOP counts are the usual ones (a multiply-add is 2 FLOPs; an
 elementwise op 1 per output element, a normalization 4); they only need to
@@ -74,6 +75,21 @@ ACTIVATIONS = (
     "relu", "relu6", "swish", "silu", "sigmoid", "hard_sigmoid",
     "hard_swish", "hard_silu", "gelu", "tanh", "softmax", "elu",
 )  # fmt: skip
+# The same functions by what they cost per element: a comparison, an
+# exponential or similar, a piecewise-linear composite of several ops. A
+# function one family alone uses (hard_silu) is then still priced by the
+# class it belongs to.
+ACTIVATION_CLASSES = {
+    "cheap": ("relu", "relu6", "leaky_relu"),
+    "transcendental": (
+        "swish", "silu", "sigmoid", "gelu", "tanh", "softmax", "elu",
+        "selu", "softplus", "mish",
+    ),
+    "piecewise": ("hard_sigmoid", "hard_swish", "hard_silu"),
+}  # fmt: skip
+_CLASS_OF = {
+    a: name for name, members in ACTIVATION_CLASSES.items() for a in members
+}
 _BYTES = {"float16": 2, "bfloat16": 2, "float64": 8, "int64": 8, "bool": 1}
 
 
@@ -89,6 +105,7 @@ def feature_names() -> tuple[str, ...]:
         names += [f"{k}_calls", f"{k}_flops"]
     names += ["grouped_calls", "grouped_flops"]
     names += [f"act_{a}" for a in ACTIVATIONS]
+    names += [f"act_class_{c}" for c in ACTIVATION_CLASSES]
     names += [
         "matrix_flops",
         "stencil_flops",
@@ -101,6 +118,7 @@ def feature_names() -> tuple[str, ...]:
         "bytes",
         "flops_per_byte",
         "max_kernel",
+        "max_kernel_area",
         "max_stride",
         "input_spatial",
         "input_channels",
@@ -124,7 +142,18 @@ def _size(value: Any, rank: int) -> tuple[int, ...]:
     return tuple(int(v) for v in value)
 
 
-def _activation(config: Mapping[str, Any]) -> str | None:
+def _activation(class_name: str, config: Mapping[str, Any]) -> str | None:
+    """The activation function a call applies, by its name.
+
+    A layer's `activation` argument, or the layer itself (`ReLU`, with
+    `max_value` 6 as "relu6"; `Softmax`; `LeakyReLU`, `ELU`).
+    """
+    if class_name == "ReLU":
+        return "relu6" if config.get("max_value") == 6 else "relu"
+    if class_name in ("Softmax", "ELU"):
+        return class_name.lower()
+    if class_name == "LeakyReLU":
+        return "leaky_relu"
     value = config.get("activation")
     if isinstance(value, dict):  # A serialized function or object.
         value = value.get("config", value.get("class_name"))
@@ -267,7 +296,7 @@ def brick_features(
     values["outputs"] = len(brick.outputs)
     internal = 0
     written: dict[int, int] = {}  # Elements of each tensor a call writes.
-    max_kernel = max_stride = 1
+    max_kernel = max_stride = max_area = 1
     for c in brick.calls:
         config = c.layer_config.get("config") or {}
         ins = [specs[t] for t in c.inputs]
@@ -297,13 +326,17 @@ def brick_features(
         for t in c.outputs:
             known = specs[t]
             written[t] = _elements(known) if known else elements
-        act = _activation(config)
+        act = _activation(c.class_name, config)
         if act in ACTIVATIONS:
             values[f"act_{act}"] += 1
+        if act in _CLASS_OF:
+            values[f"act_class_{_CLASS_OF[act]}"] += 1
         if k in ("conv", "depthwise", "separable", "pool"):
             key = "pool_size" if k == "pool" else "kernel_size"
             rank = max(len(ins[0].shape) - 1, 1) if ins and ins[0] else 1
-            max_kernel = max(max_kernel, *_size(config.get(key), rank))
+            window = _size(config.get(key), rank)
+            max_kernel = max(max_kernel, *window)
+            max_area = max(max_area, math.prod(window))
             max_stride = max(
                 max_stride, *_size(config.get("strides") or 1, rank)
             )
@@ -317,6 +350,7 @@ def brick_features(
     )
     values["flops_per_byte"] = values["flops"] / max(values["bytes"], 1.0)
     values["max_kernel"] = max_kernel
+    values["max_kernel_area"] = max_area
     values["max_stride"] = max_stride
     first = brick.inputs[0] if brick.inputs else None
     if first is not None and first.shape:

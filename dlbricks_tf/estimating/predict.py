@@ -10,19 +10,27 @@ they hold (`Estimate.sources`, label "predicted").
 
 Methods (`METHODS`):
 
-* "trees" (the default): scikit-learn's `HistGradientBoostingRegressor`
-  on the log of the bricks' medians: latencies span five orders of
-  magnitude, and errors are relative.
+* "efficiency" (the default): a physical first guess of each brick's
+  latency (`dlbricks_tf.estimating.cost`: FLOPs of each kind at round
+  rates, or the bytes at one bandwidth, plus a cost per call), times
+  scikit-learn's `HistGradientBoostingRegressor` fitted to the log ratio
+  median / guess, the brick's efficiency. The ratio is bounded, so a
+  brick larger than any learnt from is priced at the efficiency of the
+  largest ones, not at their latency.
+* "trees": the same trees on the log of the bricks' medians: latencies
+  span five orders of magnitude, and errors are relative; trees do not
+  extrapolate beyond the largest brick they saw.
 * "roofline": a closed form, ms = a FLOPs_matrix + b FLOPs_stencil +
   c FLOPs_vector + d bytes + e calls + f, fitted by non-negative least
   squares on relative errors. Linear, it extrapolates to bricks larger
   than any it learnt from, which trees cannot.
 * "hybrid": the roofline, times trees fitted to its log residual.
 
-Trees are the default because, predicting every brick of a family that
-none of the training bricks came from, they put the most models within
-10% of their end-to-end latency, on the 13- and the 40-model stores
-(docs/estimating-beyond.md); the closed form did worst there.
+"efficiency" is the default because, predicting every brick of a family
+that none of the training bricks came from, it put the most models within
+10% of their end-to-end latency on the 40-model store of many families,
+and read VGG's dense layers, larger than any other family's, about right
+where "trees" read them half as long (docs/estimating-beyond.md).
 
 Uncertainty. The predictor is cross-validated when fitted (k folds;
 grouped by the model, or the family, a brick came from when there are two
@@ -55,11 +63,12 @@ from typing import Any
 
 from dlbricks_tf import errors
 from dlbricks_tf.cutting.decompose import Cutter
+from dlbricks_tf.estimating import cost as cost_lib
 from dlbricks_tf.estimating import cover as cover_lib
 from dlbricks_tf.estimating import features
 from dlbricks_tf.stats import Timing
 
-METHODS = ("trees", "hybrid", "roofline")
+METHODS = ("efficiency", "trees", "hybrid", "roofline")
 # Medians below this (a weightless brick after the link cost is taken
 # away) are learnt as this: the harness resolves no less.
 MIN_MS = 1e-3
@@ -189,7 +198,7 @@ class Predictor:
         cls,
         data: Sequence[Example],
         *,
-        method: str = "trees",
+        method: str = "efficiency",
         folds: int = 5,
         seed: int = 0,
     ) -> Predictor:
@@ -363,6 +372,33 @@ class _Hybrid:
         return self._roofline.predict(x) + self._trees.predict(x)
 
 
+class _Efficiency:
+    """`cost.cost_ms`, times trees fitted to the log ratio median / cost."""
+
+    def __init__(self, seed: int) -> None:
+        self._trees = _trees(seed)
+
+    def fit(self, x: Any, y: Any) -> _Efficiency:
+        self._trees.fit(x, y - self._log_cost(x))
+        return self
+
+    def predict(self, x: Any) -> Any:
+        return self._log_cost(x) + self._trees.predict(x)
+
+    @staticmethod
+    def _log_cost(x: Any) -> Any:
+        import numpy as np
+
+        names = features.feature_names()
+        terms = [x[:, names.index(n)] for n in _COST]
+        cost = [cost_lib.cost_ms(*row) for row in zip(*terms, strict=True)]
+        return np.log(np.maximum(cost, MIN_MS))
+
+
+# The terms of `cost.cost_ms`, in its order.
+_COST = ("calls", "matrix_flops", "stencil_flops", "vector_flops", "bytes")
+
+
 def _trees(seed: int) -> Any:
     from sklearn.ensemble import HistGradientBoostingRegressor
 
@@ -380,6 +416,8 @@ def _model(method: str, seed: int) -> Any:
         return _Roofline()
     if method == "trees":
         return _trees(seed)
+    if method == "efficiency":
+        return _Efficiency(seed)
     return _Hybrid(seed)
 
 
