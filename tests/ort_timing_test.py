@@ -205,6 +205,24 @@ def test_ort_timers_interleave_with_tf_timers(chain_onnx):
     assert results[0] == ort_timer.result()
 
 
+def test_restart_takes_fresh_samples_of_the_same_sessions(chain_onnx):
+    options = dataclasses.replace(
+        FAST, precision=-1.0, absolute_precision_ms=-1.0, max_samples=4,
+        max_seconds=60.0,
+    )  # fmt: skip
+    timer = ort_timing.OrtTimer(chain_onnx, ORT, options)
+    first = timing.time_interleaved([timer])[0]
+    sessions, k = list(timer.sessions), timer.calls_per_sample
+    prepared, runs = timer.prepare_seconds, timer.runs
+    assert prepared > 0
+    assert timer.restart() is timer and timer.samples == () and not timer.done
+    second = timing.time_interleaved([timer])[0]
+    assert first.samples == second.samples == 4
+    assert timer.runs - runs == 4 * k  # Only sampling: no warm-up again.
+    assert timer.sessions == sessions and timer.calls_per_sample == k
+    assert timer.prepare_seconds == prepared  # Not prepared again.
+
+
 def test_keras_brick_on_ort_records_its_id_bounds(tmp_path):
     d = dlbricks_tf.decompose(models.multi_io()[0], granularity=2)
     brick = next(b for b in d.bricks if "embedding" in " ".join(b.layers))
