@@ -45,6 +45,7 @@ from dlbricks_tf import settings as settings_lib
 from dlbricks_tf.cutting.suite import Suite
 from dlbricks_tf.fingerprint import SystemFingerprint
 from dlbricks_tf.measuring import timing
+from dlbricks_tf.measuring.rounds import more_precise
 from dlbricks_tf.stats import Timing
 from dlbricks_tf.store import Store, StoreError
 
@@ -82,24 +83,6 @@ class BenchSummary:
     def measurements(self) -> int:
         """Timings taken: one per timed brick, two for re-measured ones."""
         return len(self.timed) + len(self.remeasured)
-
-
-def more_precise(first: Timing, second: Timing) -> Timing:
-    """Of two timings of one brick, the settled one, else the narrower.
-
-    Args:
-        first: The first timing.
-        second: The re-measurement.
-
-    Returns:
-        `second` if it settled, else whichever has the smaller relative
-        CI half-width (`second` on a tie); noisy unless one settled.
-    """
-    if first.noisy != second.noisy:
-        return first if second.noisy else second
-    if second.relative_precision <= first.relative_precision:
-        return second
-    return first
 
 
 def time_suite(
