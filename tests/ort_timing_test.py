@@ -362,12 +362,14 @@ def test_missing_onnxruntime_is_a_one_line_error(tmp_path):
     assert issubclass(ort_timing.OnnxRuntimeMissingError, errors.Error)
 
 
-def test_importing_ort_timing_imports_no_tensorflow():
+def test_importing_the_ort_path_imports_no_tensorflow():
+    # The timer, and the rounds benchmarks/ort_accuracy.py times it in.
     script = textwrap.dedent(
         """
         import sys
-        from dlbricks_tf.measuring import ort_timing
+        from dlbricks_tf.measuring import ort_timing, rounds
         assert issubclass(ort_timing.MeasurementError, Exception)
+        assert callable(rounds.time_in_rounds)
         print(sorted(m for m in ("tensorflow", "keras") if m in sys.modules))
         """
     )
