@@ -5,9 +5,10 @@ granularity G: decompose every model, convert each unique brick and each
 whole model to ONNX (tf2onnx, dynamic batch; files cached in
 `--out/onnx/`), then, model by model, time the whole model and its bricks
 not yet stored with ONNX Runtime (`dlbricks_tf.measuring.ort_timing.OrtTimer`)
-in interleaved rounds (one batch of samples of each per round; the whole
-model samples for as long as any of its bricks does), as
-`dlbricks_tf.job.run_granularity` does for TF, so that estimate and
+in interleaved rounds, by the runner `dlbricks_tf.job.run_granularity`
+uses for TF (`dlbricks_tf.measuring.rounds`: one batch of samples of each
+per round, the whole model sampling for as long as any of its bricks
+does, a brick that ends noisy measured once more), so that estimate and
 measurement are taken close together in time. Conversion is done before
 any timing starts, so TensorFlow's work does not share the machine with
 a measurement.
@@ -30,15 +31,16 @@ Usage:
 
 from __future__ import annotations
 
+import functools
 import os
 import re
-import time
 from pathlib import Path
 
 from absl import app, flags, logging
 
 from benchmarks import sampling_flags
 from dlbricks_tf import corpus
+from dlbricks_tf.measuring import rounds
 
 flags.adopt_module_key_flags(sampling_flags)  # Shown by --helpshort.
 # One model per family (corpus.FAMILIES); --all for the 40.
@@ -109,20 +111,6 @@ def _convert(build, folder: Path, stem: str, batch_size: int):
     raise errors.Error(f"{type(failure).__name__}: {failure}") from failure
 
 
-class _Clock:
-    """Wall-clock seconds spent, by kind of work."""
-
-    def __init__(self) -> None:
-        self.seconds = {"campaign": 0.0, "end_to_end": 0.0, "conversion": 0.0}
-
-    def run(self, kind, fn, *args, **kwargs):
-        start = time.perf_counter()
-        try:
-            return fn(*args, **kwargs)
-        finally:
-            self.seconds[kind] += time.perf_counter() - start
-
-
 def _prepare(g, sources, settings, stored, stored_models, folder, clock):
     """Decomposes every model and converts what will be timed.
 
@@ -140,7 +128,13 @@ def _prepare(g, sources, settings, stored, stored_models, folder, clock):
         keras.backend.clear_session()
         model = source.build()
         try:
-            d = clock.run("campaign", decompose, model, g, fuse=_FUSE.value)
+            d = clock.run(
+                (rounds.CAMPAIGN, rounds.SETUP),
+                decompose,
+                model,
+                g,
+                fuse=_FUSE.value,
+            )
         except errors.Error as e:
             failed[source.name] = str(e)
             continue
@@ -198,47 +192,15 @@ def _prepare(g, sources, settings, stored, stored_models, folder, clock):
     return decompositions, model_files, brick_files, failed
 
 
-def _interleave(model_timer, brick_timers, clock, on_brick, on_model):
-    """Samples the model and its bricks in rounds, as job.run_granularity.
-
-    The whole model keeps sampling for as long as any brick does, so its
-    median covers the same stretch of time as theirs; samples past its own
-    stopping point are charged to no wall clock.
-    """
-    pending = [(None, "end_to_end", model_timer)] if model_timer else []
-    pending += [(s, "campaign", t) for s, t in brick_timers.items()]
-    model_counted = model_timer is not None
-    while pending:
-        for _, kind, timer in pending:
-            if timer is model_timer and not model_counted:
-                timer.sample()
-            else:
-                clock.run(kind, timer.sample)
-        bricks_left = any(
-            not t.done for _, _, t in pending if t is not model_timer
-        )
-        left = []
-        for key, kind, timer in pending:
-            if timer is model_timer:
-                if model_counted and timer.done:
-                    model_counted = False
-                    on_model()
-                if bricks_left or not timer.done:
-                    left.append((key, kind, timer))
-            elif not timer.done:
-                left.append((key, kind, timer))
-            else:
-                on_brick(key, timer.result())
-        pending = left
-
-
 def _run_granularity(g, sources, settings, fp, options, brick_options, store):
     """Measures every model at one G on ORT; returns (runs, corpus, errors)."""
     from dlbricks_tf.cutting import suite as suite_lib
     from dlbricks_tf.estimating import rows
     from dlbricks_tf.measuring import ort_timing
 
-    clock = _Clock()
+    clock = rounds.WallClock(
+        (rounds.CAMPAIGN, rounds.SETUP, rounds.END_TO_END, "conversion")
+    )
     fresh = _FRESH.value
     stored = {} if fresh else store.results(settings, fp, accept_noisy=False)
     stored_models = {
@@ -262,35 +224,16 @@ def _run_granularity(g, sources, settings, fp, options, brick_options, store):
         if n == total or n % 10 == 0:
             logging.info("G=%d %s: %d/%d timers done", g, name, n, total)
 
-    runs, measured = [], {}
+    runs, measured, timed = [], {}, 0
     for source in sources:
         if source.name not in decompositions:
             continue
         d = decompositions[source.name]
-        brick_timers = {}
-        for brick in d.bricks:
-            sig = brick.signature
-            if sig in results or sig in brick_timers:
-                continue
+
+        def make_timer(sig):
             path, bounds = brick_files[sig]
-            brick_timers[sig] = clock.run(
-                "campaign",
-                ort_timing.OrtTimer,
-                path,
-                settings,
-                brick_options,
-                id_bounds=bounds,
-            )
-        model_timer = None
-        if source.name in model_files:
-            path, bounds = model_files[source.name]
-            model_timer = clock.run(
-                "end_to_end",
-                ort_timing.OrtTimer,
-                path,
-                settings,
-                options,
-                id_bounds=bounds,
+            return ort_timing.OrtTimer(
+                path, settings, brick_options, id_bounds=bounds
             )
 
         def on_brick(sig, timing, name=source.name):
@@ -298,22 +241,38 @@ def _run_granularity(g, sources, settings, fp, options, brick_options, store):
             store.put(sig, settings, fp, timing)  # Committed at once.
             tick(name)
 
-        _interleave(
-            model_timer,
-            brick_timers,
+        model_rounds = None
+        if source.name in model_files:
+            path, bounds = model_files[source.name]
+            model_rounds = rounds.ModelSampler(
+                clock.run(
+                    rounds.END_TO_END,
+                    ort_timing.OrtTimer,
+                    path,
+                    settings,
+                    options,
+                    id_bounds=bounds,
+                ),
+                clock,
+                functools.partial(tick, source.name),
+            )
+        summary = rounds.time_in_rounds(
+            [b.signature for b in d.bricks if b.signature not in results],
+            make_timer,
             clock,
-            on_brick,
-            lambda name=source.name: tick(name),
+            between=model_rounds,
+            on_result=on_brick,
         )
-        if model_timer is not None:
-            measured[source.name] = model_timer.result()
+        timed += len(summary.timed)
+        if model_rounds is not None:
+            measured[source.name] = model_rounds.finish()
             store.put_model(source.name, settings, fp, measured[source.name])
         else:
             measured[source.name] = stored_models[source.name]
         row = rows.model_row(
             source.name, g, settings, measured[source.name], results, d
         )
-        row["new_unique_bricks"] = len(brick_timers)
+        row["new_unique_bricks"] = len(summary.timed)
         runs.append(row)
         logging.info(
             "G=%d %s: measured %.3f ms, estimated %.3f ms (x%.3f), "
@@ -324,9 +283,9 @@ def _run_granularity(g, sources, settings, fp, options, brick_options, store):
             row["estimated_ms"],
             row["normalized"],
             row["bricks"],
-            len(brick_timers),
+            len(summary.timed),
         )
-        del brick_timers, model_timer
+        del model_rounds
     if not runs:
         return runs, None, failed
     corpus_row = rows.corpus_row(
@@ -336,9 +295,11 @@ def _run_granularity(g, sources, settings, fp, options, brick_options, store):
         measured,
         results,
         suite,
-        campaign_wall_s=clock.seconds["campaign"],
-        end_to_end_wall_s=clock.seconds["end_to_end"],
-        conversion_wall_s=clock.seconds["conversion"],
+        campaign_wall_s=clock[rounds.CAMPAIGN],
+        campaign_setup_s=clock[rounds.SETUP],
+        bricks_timed=timed,
+        end_to_end_wall_s=clock[rounds.END_TO_END],
+        conversion_wall_s=clock["conversion"],
     )
     return runs, corpus_row, failed
 

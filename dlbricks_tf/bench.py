@@ -11,8 +11,10 @@ Loop protocol: a brick whose median does not settle within the sampling
 caps (a noisy machine) is measured once more, with fresh samples; if the
 second timing does not settle either, the more precise of the two is
 stored flagged `noisy` (and a later run measures it again, see
-`Store.missing`). Chain protocol: a brick is flagged only when it keeps
-some model's estimate from its precision (`dlbricks_tf.measuring.precision`).
+`Store.missing`); each brick is timed alone by the runner of the job's
+interleaved rounds (`dlbricks_tf.measuring.rounds`). Chain protocol: a
+brick is flagged only when it keeps some model's estimate from its
+precision (`dlbricks_tf.measuring.precision`).
 
 A brick that cannot be loaded, built or timed (any error but the store's
 own) does not stop the suite: it is recorded as failed in the store, with
@@ -44,7 +46,7 @@ from dlbricks_tf import errors
 from dlbricks_tf import settings as settings_lib
 from dlbricks_tf.cutting.suite import Suite
 from dlbricks_tf.fingerprint import SystemFingerprint
-from dlbricks_tf.measuring import timing
+from dlbricks_tf.measuring import rounds, timing
 from dlbricks_tf.stats import Timing
 from dlbricks_tf.store import Store, StoreError
 
@@ -82,24 +84,6 @@ class BenchSummary:
     def measurements(self) -> int:
         """Timings taken: one per timed brick, two for re-measured ones."""
         return len(self.timed) + len(self.remeasured)
-
-
-def more_precise(first: Timing, second: Timing) -> Timing:
-    """Of two timings of one brick, the settled one, else the narrower.
-
-    Args:
-        first: The first timing.
-        second: The re-measurement.
-
-    Returns:
-        `second` if it settled, else whichever has the smaller relative
-        CI half-width (`second` on a tie); noisy unless one settled.
-    """
-    if first.noisy != second.noisy:
-        return first if second.noisy else second
-    if second.relative_precision <= first.relative_precision:
-        return second
-    return first
 
 
 def time_suite(
@@ -169,23 +153,18 @@ def time_suite(
             build=build,
             on_failure=on_failure,
         )
-    if measure is None:
-        last: dict[str, timing.Timer] = {}
+    entries = {entry.signature: entry for entry in suite.entries}
 
-        def measure(entry: Any) -> Timing:
-            # A re-measurement restarts the brick's timer: fresh samples
-            # without tracing the brick again.
-            timer = last.get(entry.signature)
-            if timer is None:
-                model = entry.brick.build(batch_size=settings.batch_size)
-                timer = timing.Timer(
-                    model, settings, options, check_settings=check_settings
-                )
-                last.clear()
-                last[entry.signature] = timer
-            else:
-                timer.restart()
-            return timing.time_interleaved([timer])[0]
+    def make_timer(signature: str) -> rounds.Remeasurable:
+        # A re-measurement restarts the timer: with the default `Timer`,
+        # fresh samples without tracing the brick again.
+        entry = entries[signature]
+        if measure is not None:
+            return _Measured(measure, entry)
+        model = entry.brick.build(batch_size=settings.batch_size)
+        return timing.Timer(
+            model, settings, options, check_settings=check_settings
+        )
 
     todo = store.missing(
         suite.signatures, settings, fingerprint, accept_noisy=accept_noisy
@@ -195,36 +174,31 @@ def time_suite(
     timed, noisy, remeasured, failed = [], [], [], []
     stopped = False
 
+    def commit(signature: str, result: Timing) -> None:
+        store.put(signature, settings, fingerprint, result)
+        timed.append(signature)
+        if result.noisy:
+            noisy.append(signature)
+        if on_result is not None:
+            on_result(signature, result)
+
+    def fail(signature: str, error: BaseException) -> None:
+        if isinstance(error, StoreError):
+            raise error
+        _record_failure(
+            store, settings, fingerprint, signature, error, failed, on_failure
+        )
+
     for entry in suite.entries:
         if entry.signature not in wanted:
             continue
         if stop is not None and stop():
             stopped = True
             break
-        try:
-            result = measure(entry)
-            if result.noisy:  # Once more: the noise may have been a burst.
-                remeasured.append(entry.signature)
-                result = more_precise(result, measure(entry))
-        except StoreError:
-            raise
-        except Exception as e:  # Keras, TF and ORT raise many types.
-            _record_failure(
-                store,
-                settings,
-                fingerprint,
-                entry.signature,
-                e,
-                failed,
-                on_failure,
-            )
-            continue
-        store.put(entry.signature, settings, fingerprint, result)
-        timed.append(entry.signature)
-        if result.noisy:
-            noisy.append(entry.signature)
-        if on_result is not None:
-            on_result(entry.signature, result)
+        summary = rounds.time_in_rounds(
+            [entry.signature], make_timer, on_result=commit, on_failure=fail
+        )
+        remeasured += summary.remeasured
     return BenchSummary(
         timed=tuple(timed),
         skipped=skipped,
@@ -234,6 +208,41 @@ def time_suite(
         stopped=stopped,
         failed=tuple(failed),
     )
+
+
+class _Measured:
+    """A function measuring a suite entry, as a timer of `rounds`.
+
+    One `sample()` is a whole measurement, and `restart()` lets the next
+    one measure afresh: a brick timed by any `measure` is re-measured
+    when noisy, as one timed by the default `Timer`.
+    """
+
+    prepare_seconds = 0.0
+
+    def __init__(self, measure: Callable[[Any], Timing], entry: Any) -> None:
+        self._measure, self._entry = measure, entry
+        self._result: Timing | None = None
+
+    @property
+    def done(self) -> bool:
+        """Whether the entry has been measured since the last restart."""
+        return self._result is not None
+
+    def sample(self) -> list[float]:
+        """Measures the entry; its samples are in the timing only."""
+        self._result = self._measure(self._entry)
+        return []
+
+    def result(self) -> Timing:
+        """The last measurement."""
+        assert self._result is not None, "sample() first"
+        return self._result
+
+    def restart(self) -> _Measured:
+        """Forgets the measurement; returns self."""
+        self._result = None
+        return self
 
 
 def _time_chained(

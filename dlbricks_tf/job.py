@@ -4,9 +4,10 @@ For each granularity G: decompose every model, collect the unique bricks,
 then per model time the whole model and its bricks not yet timed in
 interleaved rounds (one sample of each per round, so that the ratio
 estimate / measured compares measurements taken close together in time on
-a noisy machine), store every result as it finishes, and rebuild each
-model's latency from its bricks (sequential and parallel). The command
-line's `run` and `benchmarks/accuracy.py` both call `run_granularity`.
+a noisy machine; see `dlbricks_tf.measuring.rounds`), store every result
+as it finishes, and rebuild each model's latency from its bricks
+(sequential and parallel). The command line's `run` and
+`benchmarks/accuracy.py` both call `run_granularity`.
 
 Models are named by `resolve_models`: `keras.applications` names or model
 files (`.keras`, `.h5`, config `.json`), or built by a function of the
@@ -35,7 +36,6 @@ import dataclasses
 import functools
 import json
 import os
-import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -340,7 +340,7 @@ def run_granularity(
 
     from dlbricks_tf import bench
     from dlbricks_tf.cutting import suite as suite_lib
-    from dlbricks_tf.measuring import campaign, timing
+    from dlbricks_tf.measuring import campaign, rounds, timing
     from dlbricks_tf.settings import ThreadPoolError
     from dlbricks_tf.store import StoreError
 
@@ -348,16 +348,8 @@ def run_granularity(
     log = log or (lambda line: None)
     # "setup" is the campaign's part that no sampling cap shortens:
     # decomposing, building, and each brick timer's trace and warm-up.
-    clock = {"campaign": 0.0, "end_to_end": 0.0, "setup": 0.0}
-    setup = ("campaign", "setup")
-
-    def timed(keys, fn, *args, **kwargs):
-        start = time.perf_counter()
-        try:
-            return fn(*args, **kwargs)
-        finally:
-            for key in (keys,) if isinstance(keys, str) else keys:
-                clock[key] += time.perf_counter() - start
+    clock = rounds.WallClock()
+    setup = (rounds.CAMPAIGN, rounds.SETUP)
 
     from dlbricks_tf.cutting.decompose import decompose
 
@@ -366,7 +358,7 @@ def run_granularity(
         # Building an application is not part of the campaign: a file's
         # config is read by decompose itself.
         target = source.path or source.build(safe_mode)
-        decompositions[source.name] = timed(
+        decompositions[source.name] = clock.run(
             setup,
             decompose,
             target,
@@ -387,7 +379,7 @@ def run_granularity(
     if progress is not None and sources:
         progress(sources[0].name, 0, total)
     measured: dict[str, Timing] = {}
-    first_noisy: dict[str, Timing] = {}  # First timings of re-measured ones.
+    remeasured: list[str] = []  # Bricks whose first timing did not settle.
     # {model: {signature: count}}: the estimates a chain's precision serves.
     weights: dict[str, dict[str, int]] = {}
     for entry in suite.entries:
@@ -415,108 +407,30 @@ def run_granularity(
         log(f"G={granularity} {name}: brick {key} failed: {failed[key]}")
         finished(name)
 
-    class ModelRounds:
-        """Samples the whole model once per round of its bricks.
-
-        The whole model keeps sampling for as long as any of its bricks
-        does, so its median covers the same stretch of time as theirs (the
-        machine drifts); samples past its own stopping point serve only
-        that comparison, and are charged to neither wall clock. They are
-        spread over that stretch but take at most `EXTRA_SHARE` of its
-        wall-clock: a large model (EfficientNetB6, 0.8 s a call) among
-        many chains of its bricks would otherwise double the run.
-
-        An error of the whole model is kept and raised by `finish`, once
-        the bricks in flight are committed: a chain that samples the model
-        between its rounds must not take the model's fault for its own.
-        """
-
-        EXTRA_SHARE = 0.25
-
-        def __init__(self, name: str, timer: timing.Timer) -> None:
-            self.name, self.timer, self.counted = name, timer, False
-            self.since = 0.0  # When the model's own timing ended.
-            self.extra_s = 0.0  # Seconds of samples taken since.
-            self.error: Exception | None = None
-
-        def __call__(self) -> None:
-            if self.error is not None:
-                return
-            try:
-                if self.counted:
-                    now = time.perf_counter()
-                    if self.extra_s <= self.EXTRA_SHARE * (now - self.since):
-                        self.timer.sample()
-                        self.extra_s += time.perf_counter() - now
-                    return
-                timed("end_to_end", self.timer.sample)
-            except Exception as e:  # Keras and TF raise many types.
-                self.error = e
-                return
-            if self.timer.done:
-                self.counted = True
-                self.since = time.perf_counter()
-                finished(self.name)
-
-        def finish(self) -> None:
-            while not self.counted:
-                self()
-                if self.error is not None:
-                    raise self.error
-
-    def time_looped(name, d, rounds: ModelRounds) -> int:
-        brick_timers = {}
-        tried = 0
+    def time_looped(name, d, model_rounds: rounds.ModelSampler) -> int:
+        bricks = {}
         for brick in d.bricks:
-            key = brick.signature
-            if key in results or key in brick_timers or key in failed:
-                continue
-            tried += 1
-            try:
-                built = timed(setup, brick.build, settings.batch_size)
-                brick_timers[key] = timed(
-                    setup,
-                    timing.Timer,
-                    built,
-                    settings,
-                    brick_options,
-                    check_settings=check_settings,
-                )
-            except Exception as e:  # Keras and TF raise many types.
-                fail(name, key, e)
-        pending = list(brick_timers.items())
-        # Interleaved rounds: one batch of samples of each timer per round.
-        # A brick that stops unsettled is measured once more (fresh
-        # samples), in the same rounds, before the more precise timing is
-        # committed.
-        while pending:
-            rounds()
-            for key, timer in pending:
-                try:
-                    timed("campaign", timer.sample)
-                except Exception as e:  # Tracing fails on the first one.
-                    fail(name, key, e)
-            left = []
-            for key, timer in pending:
-                if key in failed:
-                    continue
-                if not timer.done:
-                    left.append((key, timer))
-                    continue
-                result = timer.result()
-                if result.noisy and key not in first_noisy:
-                    first_noisy[key] = result
-                    # Fresh samples, same traced loop (see `restart`).
-                    left.append((key, timer.restart()))
-                    continue
-                if key in first_noisy:
-                    result = bench.more_precise(first_noisy[key], result)
-                commit(name, key, result)
-            pending = left
-        clock["setup"] += sum(t.prepare_seconds for t in brick_timers.values())
-        return tried
+            if brick.signature not in results and brick.signature not in failed:
+                bricks.setdefault(brick.signature, brick)
 
-    def time_chained(name, d, rounds: ModelRounds, model) -> int:
+        def make_timer(key: str) -> timing.Timer:
+            built = bricks[key].build(settings.batch_size)
+            return timing.Timer(
+                built, settings, brick_options, check_settings=check_settings
+            )
+
+        summary = rounds.time_in_rounds(
+            bricks,
+            make_timer,
+            clock,
+            between=model_rounds,
+            on_result=functools.partial(commit, name),
+            on_failure=functools.partial(fail, name),
+        )
+        remeasured.extend(summary.remeasured)
+        return len(bricks)
+
+    def time_chained(name, d, model_rounds: rounds.ModelSampler, model) -> int:
         # The bricks call the model's own layers: no weights to create.
         fresh: dict[str, campaign.ChainedBrick] = {}
         for brick in d.bricks:
@@ -539,13 +453,13 @@ def run_granularity(
             brick_options,
             weights=weights,
             known=results,
-            between=rounds,
+            between=model_rounds,
             on_result=functools.partial(commit, name),
             check_settings=check_settings,
             on_failure=functools.partial(fail, name),
         )
-        clock["setup"] += summary.setup_s
-        clock["campaign"] += summary.setup_s + summary.sampling_s
+        clock.add(rounds.SETUP, summary.setup_s)
+        clock.add(rounds.CAMPAIGN, summary.setup_s + summary.sampling_s)
         return len(fresh)
 
     runs = []
@@ -553,8 +467,8 @@ def run_granularity(
         keras.backend.clear_session()
         d = decompositions[source.name]
         model = source.build(safe_mode)
-        model_timer = timed(
-            "end_to_end",
+        model_timer = clock.run(
+            rounds.END_TO_END,
             timing.Timer,
             model,
             settings,
@@ -562,15 +476,16 @@ def run_granularity(
             check_settings=check_settings,
             input_shapes=source.shapes,
         )
-        rounds = ModelRounds(source.name, model_timer)
+        model_rounds = rounds.ModelSampler(
+            model_timer, clock, functools.partial(finished, source.name)
+        )
         before = len(failed)
         if settings.protocol == "chain":
-            tried = time_chained(source.name, d, rounds, model)
+            tried = time_chained(source.name, d, model_rounds, model)
         else:
-            tried = time_looped(source.name, d, rounds)
+            tried = time_looped(source.name, d, model_rounds)
         new_bricks = tried - (len(failed) - before)
-        rounds.finish()
-        measured[source.name] = model_timer.result()
+        measured[source.name] = model_rounds.finish()
         store.put_model(
             source.name, settings, fingerprint, measured[source.name]
         )
@@ -604,7 +519,7 @@ def run_granularity(
             f"{row['measured_ms']:.3f} ms, {estimate_text}, "
             f"{row['bricks']} bricks, {new_bricks} timed"
         )
-        del model, model_timer, rounds
+        del model, model_timer, model_rounds
     return GranularityResult(
         runs,
         corpus_row(
@@ -615,16 +530,16 @@ def run_granularity(
             results,
             suite,
             len(failed),
-            campaign_wall_s=clock["campaign"],
-            campaign_setup_s=clock["setup"],
+            campaign_wall_s=clock[rounds.CAMPAIGN],
+            campaign_setup_s=clock[rounds.SETUP],
             bricks_timed=total - len(sources) - len(failed),
-            end_to_end_wall_s=clock["end_to_end"],
+            end_to_end_wall_s=clock[rounds.END_TO_END],
         ),
         decompositions,
         suite,
         results,
         measured,
-        tuple(first_noisy),
+        tuple(remeasured),
         dict(failed),
     )
 

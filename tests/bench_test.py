@@ -19,7 +19,6 @@ from dlbricks_tf.cutting import suite as suite_lib
 from dlbricks_tf.estimating import estimate as estimate_lib
 from dlbricks_tf.fingerprint import system_fingerprint
 from dlbricks_tf.measuring import timing
-from dlbricks_tf.stats import Timing
 from dlbricks_tf.store import Store
 from tests import models
 
@@ -142,16 +141,6 @@ def test_settled_brick_is_measured_once(tmp_path):
         )
     assert summary.remeasured == () and summary.noisy == ()
     assert summary.measurements == len(suite) == len(summary.timed)
-
-
-def test_more_precise_prefers_a_settled_then_a_narrower_timing():
-    def t(ci, noisy):
-        return Timing(1.0, 1.0, 1.0, 1.0, 5, 1.0 - ci, 1.0 + ci, noisy)
-
-    assert bench.more_precise(t(0.5, True), t(0.9, False)) == t(0.9, False)
-    assert bench.more_precise(t(0.5, False), t(0.1, True)) == t(0.5, False)
-    assert bench.more_precise(t(0.5, True), t(0.2, True)) == t(0.2, True)
-    assert bench.more_precise(t(0.2, True), t(0.5, True)) == t(0.2, True)
 
 
 def test_signal_stops_after_the_brick_in_flight(tmp_path):

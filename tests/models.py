@@ -175,6 +175,28 @@ class Counter(layers.Layer):
         return x
 
 
+@keras.saving.register_keras_serializable(package="dlbricks_test")
+class Failing(layers.Layer):
+    """Raises when run; Keras builds it from `compute_output_shape`.
+
+    A model using it builds, and so does its brick (Keras never calls it
+    to find its output); timing either fails on the first trace.
+    """
+
+    def call(self, x):
+        raise ValueError(f"Layer {self.name!r} fails when run.")
+
+    def compute_output_shape(self, input_shape):
+        return input_shape
+
+
+def failing() -> keras.Model:
+    """Dense, then a `Failing` layer: it cannot be timed."""
+    inp = keras.Input((8,))
+    x = layers.Dense(8)(inp)
+    return keras.Model(inp, Failing(name="failing")(x), name="failing")
+
+
 class Unregistered(layers.Layer):
     """A custom layer Keras cannot find from a file."""
 

@@ -205,6 +205,24 @@ def test_ort_timers_interleave_with_tf_timers(chain_onnx):
     assert results[0] == ort_timer.result()
 
 
+def test_restart_takes_fresh_samples_of_the_same_sessions(chain_onnx):
+    options = dataclasses.replace(
+        FAST, precision=-1.0, absolute_precision_ms=-1.0, max_samples=4,
+        max_seconds=60.0,
+    )  # fmt: skip
+    timer = ort_timing.OrtTimer(chain_onnx, ORT, options)
+    first = timing.time_interleaved([timer])[0]
+    sessions, k = list(timer.sessions), timer.calls_per_sample
+    prepared, runs = timer.prepare_seconds, timer.runs
+    assert prepared > 0
+    assert timer.restart() is timer and timer.samples == () and not timer.done
+    second = timing.time_interleaved([timer])[0]
+    assert first.samples == second.samples == 4
+    assert timer.runs - runs == 4 * k  # Only sampling: no warm-up again.
+    assert timer.sessions == sessions and timer.calls_per_sample == k
+    assert timer.prepare_seconds == prepared  # Not prepared again.
+
+
 def test_keras_brick_on_ort_records_its_id_bounds(tmp_path):
     d = dlbricks_tf.decompose(models.multi_io()[0], granularity=2)
     brick = next(b for b in d.bricks if "embedding" in " ".join(b.layers))
@@ -344,12 +362,14 @@ def test_missing_onnxruntime_is_a_one_line_error(tmp_path):
     assert issubclass(ort_timing.OnnxRuntimeMissingError, errors.Error)
 
 
-def test_importing_ort_timing_imports_no_tensorflow():
+def test_importing_the_ort_path_imports_no_tensorflow():
+    # The timer, and the rounds benchmarks/ort_accuracy.py times it in.
     script = textwrap.dedent(
         """
         import sys
-        from dlbricks_tf.measuring import ort_timing
+        from dlbricks_tf.measuring import ort_timing, rounds
         assert issubclass(ort_timing.MeasurementError, Exception)
+        assert callable(rounds.time_in_rounds)
         print(sorted(m for m in ("tensorflow", "keras") if m in sys.modules))
         """
     )

@@ -376,10 +376,12 @@ def run_overhead_ms(
 class OrtTimer(sampling.AdaptiveSampling):
     """Times one ONNX file under fixed settings, one batch at a time.
 
-    The interface of `dlbricks_tf.measuring.timing.Timer`: call `sample()` until
-    `done`, then `result()`; `sampling.time_interleaved` samples several
-    (of either kind) in interleaved rounds. The first `sample()` warms
-    up, calibrates the per-call overhead and chooses K and S.
+    The interface of `dlbricks_tf.measuring.timing.Timer` (both are
+    `sampling.AdaptiveSampling`): call `sample()` until `done`, then
+    `result()`, and `restart()` for fresh samples of the same sessions;
+    `sampling.time_interleaved` samples several (of either kind) in
+    interleaved rounds. The first `sample()` warms up, calibrates the
+    per-call overhead and chooses K and S.
 
     Args:
         path: The `.onnx` file (a dynamic batch dimension takes
@@ -462,6 +464,7 @@ class OrtTimer(sampling.AdaptiveSampling):
         self._runs = 0
         self._samples: list[float] = []
         self._sampling_s = 0.0
+        self._prepare_s = 0.0
         self._n = 0  # Iterations per sample; K = n * copies.
         self._s = 0
         self._overhead_ms = 0.0
@@ -526,21 +529,6 @@ class OrtTimer(sampling.AdaptiveSampling):
         self._s = max(1, min(opts.samples_per_call, by_time))
 
     @property
-    def calls_per_iteration(self) -> int:
-        """Calls per iteration: max(weight copies, input copies)."""
-        return self._copies
-
-    @property
-    def calls_per_sample(self) -> int:
-        """K, the calls per sample (0 before the first sample)."""
-        return self._n * self._copies
-
-    @property
-    def samples_per_call(self) -> int:
-        """S, the samples one `sample()` takes (0 before the first)."""
-        return self._s
-
-    @property
     def runs(self) -> int:
         """`run_with_iobinding` calls made so far (warm-up included)."""
         return self._runs
@@ -555,46 +543,17 @@ class OrtTimer(sampling.AdaptiveSampling):
         """What is subtracted from each call (0 if not subtracting)."""
         return self._subtracted_ms
 
-    def sample(self) -> list[float]:
-        """Takes one batch of samples; returns them, ms per call.
+    @property
+    def _what(self) -> str:
+        return f"ONNX model {self.path!r}"
 
-        The batch has S samples, fewer if `max_samples` is closer.
-        """
-        if not self._n:
-            self._prepare()
-        count = self._batch_count()
-        start = time.perf_counter()
+    def _take(self, count: int) -> list[float]:
         durations = _timed_ns(self._calls, count)
-        self._sampling_s += time.perf_counter() - start
         self._runs += len(self._calls) * count
         calls = len(self._calls)
-        batch = [
+        return [
             max(d / 1e6 / calls - self._subtracted_ms, 0.0) for d in durations
         ]
-        self._samples += batch
-        return batch
-
-    def result(self) -> stats.Timing:
-        """Summarises the samples; noisy unless settled.
-
-        `dispatch_ms` is the calibrated cost of one `Run`;
-        `loop_overhead_ms` what was subtracted per call (the same, or 0
-        without `subtract_loop_overhead`).
-
-        Raises:
-            MeasurementError: If no sample was taken.
-        """
-        if not self._samples:
-            raise MeasurementError(
-                f"No samples of ONNX model {self.path!r}; call sample()."
-            )
-        return stats.summarize(
-            self._samples,
-            noisy=not self.settled,
-            calls_per_sample=self.calls_per_sample,
-            dispatch_ms=self._overhead_ms,
-            loop_overhead_ms=self._subtracted_ms,
-        )
 
 
 def time_onnx(

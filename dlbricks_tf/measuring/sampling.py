@@ -3,7 +3,9 @@
 A timer takes batches of samples (`sample()`) until the median's 95%
 interval is within `TimingOptions.precision` of the median, or a cap on
 samples or sampling time is reached (the result is then flagged noisy):
-`AdaptiveSampling` is that rule. `time_interleaved` samples several timers
+`AdaptiveSampling` is that rule, and the rest every timer shares (the
+first batch prepares the timer, `restart` forgets the samples but not what
+was prepared, `result` summarises). `time_interleaved` samples several timers
 in rounds, so that measurements that will be compared (bricks and their
 whole model) are taken close together in time. `model_and_brick_options`
 builds the options of whole models and of bricks the way every front end
@@ -22,6 +24,7 @@ Example:
 from __future__ import annotations
 
 import dataclasses
+import time
 from collections.abc import Sequence
 from typing import Protocol
 
@@ -159,17 +162,29 @@ class Sampler(Protocol):
 
 
 class AdaptiveSampling:
-    """The stopping rule every timer shares (`Timer`, `ort_timing.OrtTimer`).
+    """What every timer shares (`Timer`, `ort_timing.OrtTimer`).
 
-    Samples are taken in batches of at most S (`_s`) until the median's
-    95% interval is within the options' precision (`settled`) or a cap on
-    samples or sampling time is reached (`capped`). Subclasses set
-    `options`, and keep `_samples` (ms per call), `_sampling_s` and `_s`.
+    The stopping rule: samples are taken in batches of at most S until the
+    median's 95% interval is within the options' precision (`settled`) or
+    a cap on samples or sampling time is reached (`capped`). The first
+    `sample()` prepares the timer (`_prepare`: warm-up, overheads, K and
+    S), timed as `prepare_seconds`; each one then takes a batch
+    (`_take`), timed towards `max_seconds`. `restart` forgets the samples
+    and keeps what was prepared.
+
+    Subclasses set `options`, `_samples` (ms per call), `_sampling_s`,
+    `_prepare_s`, `_copies` (model calls per loop iteration), `_n` (loop
+    iterations per sample, 0 until prepared) and `_s` (samples per batch),
+    and define `_prepare`, `_take`, `dispatch_ms`, `overhead_per_call_ms`
+    and `_what`.
     """
 
     options: TimingOptions
     _samples: list[float]
     _sampling_s: float
+    _prepare_s: float
+    _copies: int
+    _n: int
     _s: int
 
     @property
@@ -199,6 +214,106 @@ class AdaptiveSampling:
     def done(self) -> bool:
         """Whether sampling should stop (settled or capped)."""
         return self.settled or self.capped
+
+    @property
+    def calls_per_iteration(self) -> int:
+        """Model calls per loop iteration (the number of copies)."""
+        return self._copies
+
+    @property
+    def calls_per_sample(self) -> int:
+        """K, the model calls per sample (0 before the first sample)."""
+        return self._n * self._copies
+
+    @property
+    def samples_per_call(self) -> int:
+        """S, the samples one `sample()` takes (0 before the first)."""
+        return self._s
+
+    @property
+    def prepare_seconds(self) -> float:
+        """Wall-clock seconds the first `sample()` spent before sampling.
+
+        Warm-up, measuring the overheads and choosing K and S (and, for
+        TensorFlow, tracing): a fixed cost per timer, whatever the
+        sampling caps (0 before).
+        """
+        return self._prepare_s
+
+    @property
+    def dispatch_ms(self) -> float:
+        """Cost of one call that no sample contains (0 before sampling)."""
+        raise NotImplementedError
+
+    @property
+    def overhead_per_call_ms(self) -> float:
+        """Machinery cost subtracted from each sample, per model call."""
+        raise NotImplementedError
+
+    def restart(self):
+        """Forgets the samples, keeps what was prepared; returns self.
+
+        For a second measurement of a brick that did not settle: a fresh
+        series of samples at another moment, without paying the trace and
+        warm-up again (most of a small brick's cost).
+        """
+        self._samples = []
+        self._sampling_s = 0.0
+        return self
+
+    def sample(self) -> list[float]:
+        """Takes one batch of samples; returns them, ms per call.
+
+        The batch has S samples, fewer if `max_samples` is closer; the
+        first call prepares the timer first.
+        """
+        if not self._n:
+            start = time.perf_counter()
+            try:
+                self._prepare()
+            finally:
+                self._prepare_s = time.perf_counter() - start
+        count = self._batch_count()
+        start = time.perf_counter()
+        batch = self._take(count)
+        self._sampling_s += time.perf_counter() - start
+        self._samples += batch
+        return batch
+
+    def result(self) -> stats.Timing:
+        """Summarises the samples; noisy unless settled.
+
+        `dispatch_ms` is the cost of one call that no sample contains (see
+        `dlbricks_tf.estimating.estimate`); `loop_overhead_ms` all that was
+        subtracted per call.
+
+        Raises:
+            MeasurementError: If no sample was taken.
+        """
+        if not self._samples:
+            raise MeasurementError(
+                f"No samples of {self._what}; call sample()."
+            )
+        return stats.summarize(
+            self._samples,
+            noisy=not self.settled,
+            calls_per_sample=self.calls_per_sample,
+            dispatch_ms=self.dispatch_ms,
+            loop_overhead_ms=self.overhead_per_call_ms,
+        )
+
+    @property
+    def _what(self) -> str:
+        """What is timed, as error messages name it ("model 'x'")."""
+        raise NotImplementedError
+
+    def _prepare(self) -> None:
+        """Warms up, measures the overheads and chooses K (`_n`) and S."""
+        raise NotImplementedError
+
+    def _take(self, count: int) -> list[float]:
+        """Takes `count` samples; returns them, ms per call, overheads out."""
+        raise NotImplementedError
 
     def _batch_count(self) -> int:
         """Samples the next batch takes: S, fewer if `max_samples` is near."""

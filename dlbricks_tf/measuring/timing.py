@@ -207,17 +207,6 @@ class Timer(AdaptiveSampling):
         self._empty_ms = 0.0
         self._loop_ms = 0.0
 
-    def restart(self) -> Timer:
-        """Forgets the samples, keeps the traced loop, K and S; returns self.
-
-        For a second measurement of a brick that did not settle: a fresh
-        series of samples at another moment, without paying the trace and
-        warm-up again (most of a small brick's cost).
-        """
-        self._samples = []
-        self._sampling_s = 0.0
-        return self
-
     def durations_ms(self, iterations: int, samples: int) -> list[float]:
         """Runs one call of `samples` samples; returns their raw durations.
 
@@ -240,13 +229,6 @@ class Timer(AdaptiveSampling):
         return (time.perf_counter() - start) * 1e3
 
     def _prepare(self) -> None:
-        start = time.perf_counter()
-        try:
-            self._prepare_steps()
-        finally:
-            self._prepare_s = time.perf_counter() - start
-
-    def _prepare_steps(self) -> None:
         opts = self.options
         self.run_ms(1)  # Traces and instantiates the function.
         warm = self.durations_ms(1, max(1, opts.warmup_calls))
@@ -277,11 +259,6 @@ class Timer(AdaptiveSampling):
         self._s = max(1, min(opts.samples_per_call, by_time))
 
     @property
-    def calls_per_iteration(self) -> int:
-        """Model calls per loop iteration (the number of copies)."""
-        return self._copies
-
-    @property
     def inputs(self) -> list[list[np.ndarray]]:
         """The synthetic input arrays: per input copy, one per flat input."""
         return self._input_sets
@@ -297,25 +274,6 @@ class Timer(AdaptiveSampling):
         return self._empty_ms
 
     @property
-    def calls_per_sample(self) -> int:
-        """K, the model calls per sample (0 before the first sample)."""
-        return self._n * self._copies
-
-    @property
-    def samples_per_call(self) -> int:
-        """S, the samples one dispatch takes (0 before the first sample)."""
-        return self._s
-
-    @property
-    def prepare_seconds(self) -> float:
-        """Wall-clock seconds the first `sample()` spent before sampling.
-
-        Tracing, instantiating (grappler), warm-up and choosing K and S: a
-        fixed cost per timer, whatever the sampling caps (0 before).
-        """
-        return self._prepare_s
-
-    @property
     def dispatches(self) -> int:
         """Calls of the timed function made by `sample()` so far."""
         return self._dispatches
@@ -326,47 +284,18 @@ class Timer(AdaptiveSampling):
         calls = self.calls_per_sample
         return self._empty_ms / calls + self._loop_ms if calls else 0.0
 
-    def sample(self) -> list[float]:
-        """Takes one batch of samples (one call); returns them, ms per call.
+    @property
+    def _what(self) -> str:
+        return f"model {self.model.name!r}"
 
-        The batch has S samples, fewer if `max_samples` is closer.
-        """
-        if not self._n:
-            self._prepare()
-        count = self._batch_count()
-        start = time.perf_counter()
+    def _take(self, count: int) -> list[float]:
         durations = self.durations_ms(self._n, count)
-        self._sampling_s += time.perf_counter() - start
         self._dispatches += 1
         calls = self.calls_per_sample
-        batch = [
+        return [
             max((d - self._empty_ms) / calls - self._loop_ms, 0.0)
             for d in durations
         ]
-        self._samples += batch
-        return batch
-
-    def result(self) -> stats.Timing:
-        """Summarises the samples; noisy unless settled.
-
-        `dispatch_ms` is the wall-clock dispatch (not in any sample, see
-        `dlbricks_tf.estimating.estimate`); `loop_overhead_ms` is all that was
-        subtracted per call (empty sample over K, plus the loop's cost).
-
-        Raises:
-            MeasurementError: If no sample was taken.
-        """
-        if not self._samples:
-            raise MeasurementError(
-                f"No samples of model {self.model.name!r}; call sample()."
-            )
-        return stats.summarize(
-            self._samples,
-            noisy=not self.settled,
-            calls_per_sample=self.calls_per_sample,
-            dispatch_ms=self._dispatch_ms,
-            loop_overhead_ms=self.overhead_per_call_ms,
-        )
 
 
 def time_model(
