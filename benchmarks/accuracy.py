@@ -44,15 +44,6 @@ from dlbricks_tf import corpus
 from dlbricks_tf.cutting import split as split_lib
 
 flags.adopt_module_key_flags(sampling_flags)  # Shown by --helpshort.
-# One model per family (corpus.FAMILIES); --all for the 40.
-_DEFAULT_MODELS = list(corpus.FAMILIES)
-
-_MODELS = flags.DEFINE_list(
-    "models", _DEFAULT_MODELS, "keras.applications model names."
-)
-_ALL = flags.DEFINE_bool(
-    "all", False, "Use all keras.applications models (overrides --models)."
-)
 _HUB = flags.DEFINE_bool(
     "hub",
     False,
@@ -114,7 +105,7 @@ def _sources():
             ).at_shapes({"*": (_LENGTH.value,)})
             for name in corpus.HUB_BACKBONES
         ]
-    names = list(corpus.APPLICATIONS if _ALL.value else _MODELS.value)
+    names = sampling_flags.model_names()
     try:
         return job.resolve_models(names)
     except job.ModelSourceError as e:
@@ -258,7 +249,7 @@ def main(argv: list[str]) -> None:
         raise app.UsageError("--granularities must be integers.") from None
     if any(g < 1 for g in granularities):
         raise app.UsageError("--granularities must be 1 or more.")
-    if _HUB.value and _ALL.value:
+    if _HUB.value and sampling_flags.ALL.value:
         raise app.UsageError("--hub and --all name two corpora: pick one.")
     sources = _sources()
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")

@@ -39,19 +39,9 @@ from pathlib import Path
 from absl import app, flags, logging
 
 from benchmarks import sampling_flags
-from dlbricks_tf import corpus
 from dlbricks_tf.measuring import rounds
 
 flags.adopt_module_key_flags(sampling_flags)  # Shown by --helpshort.
-# One model per family (corpus.FAMILIES); --all for the 40.
-_DEFAULT_MODELS = list(corpus.FAMILIES)
-
-_MODELS = flags.DEFINE_list(
-    "models", _DEFAULT_MODELS, "keras.applications model names."
-)
-_ALL = flags.DEFINE_bool(
-    "all", False, "Use all keras.applications models (overrides --models)."
-)
 _GRANULARITIES = flags.DEFINE_list("granularities", ["1"], "Values of G.")
 
 _FUSE = flags.DEFINE_bool(
@@ -66,10 +56,6 @@ _FRESH = flags.DEFINE_bool(
 _OUT = flags.DEFINE_string(
     "out", "dlbricks_out/ort_accuracy", "Output folder (report, store, onnx)."
 )
-
-
-def _model_names() -> list[str]:
-    return list(corpus.APPLICATIONS if _ALL.value else _MODELS.value)
 
 
 def _stem(name: str) -> str:
@@ -318,7 +304,7 @@ def main(argv: list[str]) -> None:
     from dlbricks_tf import settings as settings_lib
 
     try:
-        sources = job.resolve_models(_model_names())
+        sources = job.resolve_models(sampling_flags.model_names())
     except job.ModelSourceError as e:
         raise app.UsageError(str(e)) from None
     settings = settings_lib.RunSettings.default(

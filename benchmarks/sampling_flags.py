@@ -1,10 +1,21 @@
-"""Flags of batch, threads and sampling, shared by the accuracy benchmarks.
+"""Flags of corpus, batch, threads and sampling, shared by the accuracy
+benchmarks.
 
 `benchmarks.accuracy` (TensorFlow) and `benchmarks.ort_accuracy` (ONNX
-Runtime) time the same way and take the same flags for it.
+Runtime) time the same corpus the same way and take the same flags for it.
 """
 
 from absl import flags
+
+from dlbricks_tf import corpus
+
+# One model per family (corpus.FAMILIES); --all for the 40.
+MODELS = flags.DEFINE_list(
+    "models", list(corpus.FAMILIES), "keras.applications model names."
+)
+ALL = flags.DEFINE_bool(
+    "all", False, "Use all keras.applications models (overrides --models)."
+)
 
 BATCH = flags.DEFINE_integer("batch_size", 1, "Batch size.", lower_bound=1)
 INTRA = flags.DEFINE_integer(
@@ -88,3 +99,8 @@ def options(protocol: str, **bricks):
         brick_max_seconds=BRICK_MAX_SECONDS.value,
         **bricks,
     )
+
+
+def model_names() -> list[str]:
+    """The keras.applications models named by --models, or all (--all)."""
+    return list(corpus.APPLICATIONS if ALL.value else MODELS.value)
