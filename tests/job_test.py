@@ -11,7 +11,7 @@ import math
 
 import pytest
 
-from dlbricks_tf import job
+from dlbricks_tf import errors, job
 from dlbricks_tf import settings as settings_lib
 from dlbricks_tf.fingerprint import system_fingerprint
 from dlbricks_tf.measuring import timing
@@ -156,7 +156,7 @@ def test_run_job_times_missing_bricks_and_stores_them(files, tmp_path):
 def test_measure_and_estimate_models(files):
     sources = job.resolve_models([files["chain"]])
     with Store(":memory:") as store:
-        with pytest.raises(job.errors.Error, match="no timing"):
+        with pytest.raises(errors.Error, match="no timing"):
             job.estimate_models(sources, 1, SETTINGS, FP, store)
         d = sources[0].decompose(1)
         for b in d.bricks:
