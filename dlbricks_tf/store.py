@@ -54,9 +54,9 @@ from dlbricks_tf.stats import Timing
 
 _T = TypeVar("_T")
 
-# 1: results only. 2: adds `brick_failures` (a v1 file is upgraded in
-# place when opened, see `_init_schema`).
-SCHEMA_VERSION = 2
+# 1: results only. 2: adds `brick_failures`. 3: adds `predictors` (an
+# older file is upgraded in place when opened, see `_init_schema`).
+SCHEMA_VERSION = 3
 # Back-off between attempts of a write that found the database locked: the
 # busy timeout already waited, so these cover what it does not (a lock
 # taken while a snapshot was upgraded, a journal-mode switch).
@@ -110,8 +110,16 @@ CREATE TABLE IF NOT EXISTS brick_failures (
     reason TEXT NOT NULL,
     created TEXT NOT NULL DEFAULT (strftime('%Y-%m-%dT%H:%M:%fZ', 'now')),
     UNIQUE (signature, settings_key, fingerprint_id));
+CREATE TABLE IF NOT EXISTS predictors (
+    settings_key TEXT NOT NULL REFERENCES settings(key),
+    fingerprint_id TEXT NOT NULL REFERENCES fingerprints(id),
+    fit_key TEXT NOT NULL,
+    json TEXT NOT NULL,
+    created TEXT NOT NULL DEFAULT (strftime('%Y-%m-%dT%H:%M:%fZ', 'now')),
+    UNIQUE (settings_key, fingerprint_id));
 """
 _FAILURES = "brick_failures"
+_PREDICTORS = "predictors"
 _TABLES = {
     "brick": ("brick_results", "signature"),
     "model": ("model_results", "model"),
@@ -203,7 +211,7 @@ class Store:
             # Tables of a store whose creation was cut short are ours too.
             foreign = tables - {"meta", "settings", "fingerprints"}
             foreign -= {table for table, _ in _TABLES.values()}
-            foreign.discard(_FAILURES)
+            foreign -= {_FAILURES, _PREDICTORS}
             if (foreign and version is None) or (
                 version is not None and not version.isdigit()
             ):
@@ -556,6 +564,44 @@ class Store:
             ]
         except (ValueError, TypeError) as e:
             raise self._malformed(e) from e
+
+    def put_predictor(
+        self,
+        settings: RunSettings,
+        fp: SystemFingerprint,
+        fit_key: str,
+        text: str,
+    ) -> None:
+        """Keeps the fitted predictor of these settings and this machine.
+
+        One per pair: a later fit replaces it. `text` is data only
+        (`dlbricks_tf.estimating.saved_predictor.to_json`); `fit_key` says
+        what it was fitted from.
+        """
+
+        def insert(db: sqlite3.Connection) -> None:
+            self._register(db, settings, fp)
+            db.execute(
+                f"INSERT INTO {_PREDICTORS} (settings_key, fingerprint_id,"
+                " fit_key, json) VALUES (?, ?, ?, ?) ON CONFLICT"
+                " (settings_key, fingerprint_id) DO UPDATE SET"
+                " fit_key = excluded.fit_key, json = excluded.json,"
+                " created = strftime('%Y-%m-%dT%H:%M:%fZ', 'now')",
+                (settings.key(), fp.id, fit_key, text),
+            )
+
+        self._write(insert)
+
+    def get_predictor(
+        self, settings: RunSettings, fp: SystemFingerprint, fit_key: str
+    ) -> str | None:
+        """The kept predictor's text if it was fitted from `fit_key`."""
+        rows = self._read(
+            f"SELECT json FROM {_PREDICTORS} WHERE settings_key = ? AND"
+            " fingerprint_id = ? AND fit_key = ?",
+            (settings.key(), fp.id, fit_key),
+        )
+        return rows[0][0] if rows else None
 
     def put_model(
         self,

@@ -2,6 +2,7 @@
 
 import contextlib
 import csv
+import dataclasses
 import hashlib
 import json
 import os
@@ -404,17 +405,35 @@ def test_version_1_store_is_upgraded_in_place_keeping_results(tmp_path):
     with store_lib.Store(path) as store:
         store.put("a", SETTINGS, FP, _timing(1.0))
         store.put_model("m", SETTINGS, FP, _timing(3.0))
-    # A version-1 file: the same tables without brick_failures.
+    # A version-1 file: the same tables without brick_failures and
+    # predictors.
     with contextlib.closing(sqlite3.connect(path)) as db, db:
         db.execute("DROP TABLE brick_failures")
+        db.execute("DROP TABLE predictors")
         db.execute("UPDATE meta SET value = '1' WHERE key = 'schema_version'")
     with store_lib.Store(path) as store:
-        assert store.schema_version == store_lib.SCHEMA_VERSION == 2
+        assert store.schema_version == store_lib.SCHEMA_VERSION == 3
         assert store.get("a", SETTINGS, FP) == _timing(1.0)
         assert store.get_model("m", SETTINGS, FP) == _timing(3.0)
         store.put_failure("b", SETTINGS, FP, "boom")
+        store.put_predictor(SETTINGS, FP, "k", "{}")
     with store_lib.Store(path) as store:
         assert store.failures(SETTINGS, FP) == {"b": "boom"}
+        assert store.get_predictor(SETTINGS, FP, "k") == "{}"
+
+
+def test_one_predictor_per_settings_and_machine_by_its_fit_key(tmp_path):
+    other = dataclasses.replace(SETTINGS, batch_size=SETTINGS.batch_size + 1)
+    with store_lib.Store(tmp_path / "s.sqlite") as store:
+        store.put_predictor(SETTINGS, FP, "k1", '{"a": 1}')
+        store.put_predictor(other, FP, "k1", '{"b": 2}')
+        assert store.get_predictor(SETTINGS, FP, "k1") == '{"a": 1}'
+        assert store.get_predictor(other, FP, "k1") == '{"b": 2}'
+        # Fitted from something else: not this one.
+        assert store.get_predictor(SETTINGS, FP, "k2") is None
+        store.put_predictor(SETTINGS, FP, "k2", '{"a": 3}')
+        assert store.get_predictor(SETTINGS, FP, "k1") is None
+        assert store.get_predictor(SETTINGS, FP, "k2") == '{"a": 3}'
 
 
 def test_merge_copies_failures_unless_a_timing_exists(tmp_path):
