@@ -133,6 +133,8 @@ _FAMILY_PREFIXES = (
     ("RegNet", "RegNet"),
     ("ResNet", "ResNet"),
     ("VGG", "VGG"),
+    # The probe corpus (dlbricks_tf.probes): one family of its own.
+    ("probe-", "probes"),
 )
 
 

@@ -19,11 +19,14 @@ from dlbricks_tf.estimating import estimate as estimate_lib
 from dlbricks_tf.estimating import predict as predict_lib
 from dlbricks_tf.fingerprint import system_fingerprint
 from dlbricks_tf.settings import RunSettings
-from dlbricks_tf.stats import Timing
 from dlbricks_tf.store import Store
 from tests import models
 from tests.cli import FAST, dlbricks
 from tests.fakes import FP, SETTINGS
+from tests.law import law_ms
+from tests.law import law_store as _law_store
+from tests.law import net as _net
+from tests.law import timing as _timing
 
 # How far the predictor may miss the law on bricks of a model it never saw:
 # the median brick within 5%, every brick within 20%.
@@ -31,60 +34,9 @@ MEDIAN_TOLERANCE = 0.05
 MAX_TOLERANCE = 0.20
 
 
-def law_ms(f) -> float:
-    """The synthetic latency: a roofline, a cost per call, and a step."""
-    ms = 0.002 * f["calls"] + f["flops"] / 5e9 + f["bytes"] / 2e9
-    if f["max_kernel"] >= 5:  # Wide windows run slower than their FLOPs.
-        ms *= 1.5
-    return ms
-
-
-def _timing(ms):
-    return Timing(ms, ms, ms, ms, 10, 0.98 * ms, 1.02 * ms, False)
-
-
-def _net(seed: int) -> keras.Model:
-    """A small convolutional network drawn from a seed."""
-    rng = np.random.default_rng(seed)
-    size = int(rng.choice([8, 12, 16, 24]))
-    x = inp = keras.Input((size, size, int(rng.choice([3, 4, 8]))))
-    for _ in range(int(rng.integers(3, 6))):
-        filters = int(rng.choice([4, 8, 16, 32]))
-        kernel = int(rng.choice([1, 3, 5]))
-        if rng.random() < 0.3:
-            x = layers.DepthwiseConv2D(kernel, padding="same")(x)
-        x = layers.Conv2D(filters, kernel, padding="same")(x)
-        x = layers.BatchNormalization()(x)
-        x = layers.ReLU()(x)
-        if rng.random() < 0.4:
-            x = layers.MaxPooling2D(int(rng.choice([2, 3])), padding="same")(x)
-    x = layers.GlobalAveragePooling2D()(x)
-    out = layers.Dense(int(rng.choice([4, 10, 32])))(x)
-    return keras.Model(inp, out, name=f"net{seed}")
-
-
 @pytest.fixture(scope="module")
 def graphs():
     return {f"net{s}": model_graph(_net(s)) for s in range(10)}
-
-
-def _law_store(path, graphs, skip=frozenset()):
-    """A store of every G=1..2 brick of `graphs`, timed by the law."""
-    store = Store(path)
-    for graph, factory in graphs.values():
-        cut = Cutter(graph, factory)
-        for begin in range(len(graph.calls)):
-            for end in (begin + 1, begin + 2):
-                if end > len(graph.calls) or not split.buildable(
-                    graph, begin, end
-                ):
-                    continue
-                b = cut.brick(begin, end)
-                if b.signature in skip:
-                    continue
-                ms = law_ms(features.brick_features(b, graph.specs))
-                store.put(b.signature, SETTINGS, FP, _timing(ms))
-    return store
 
 
 def test_features_count_flops_and_bytes_of_a_convolution():

@@ -199,8 +199,9 @@ def estimate_models(
         store: The `Store`.
         mode: "sequential" or "parallel".
         cover: Cover each model by stored bricks of 1..G steps.
-        predict: Predict the bricks the store lacks, from a predictor
-            fitted on the stored bricks of `sources` and `training`.
+        predict: Predict the bricks the store lacks, with the store's
+            predictor (`kept_predictor`: fitted on the stored bricks of
+            `training` and of the probes, or read back).
         objective: The cover's (`cover.OBJECTIVES`).
         training: More `job.ModelSource`s whose stored bricks the
             predictor learns from (e.g. the models the store measured).
@@ -219,21 +220,18 @@ def estimate_models(
     graphs = {s.name: graph_of(s, safe_mode) for s in sources}
     predictor = None
     if predict:
-        learn = dict(graphs)
-        for s in training:
-            if s.name not in learn:
-                learn[s.name] = graph_of(s, safe_mode)
-        predictor = train(
-            learn, results, max_granularity=granularity, fuse=fuse
+        predictor = kept_predictor(
+            store,
+            settings,
+            fingerprint,
+            results,
+            graphs,
+            training,
+            max_granularity=granularity,
+            fuse=fuse,
+            safe_mode=safe_mode,
+            log=log,
         )
-        if log:
-            cv = predictor.cv
-            log(
-                f"Predictor: {cv.bricks} stored bricks of {len(learn)} "
-                f"model(s); cross-validated median brick error "
-                f"{100 * cv.median_error:.0f}%, "
-                f"{100 * cv.within_10pct:.0f}% of bricks within 10%"
-            )
     rows = []
     for source in sources:
         graph, factory = graphs[source.name]
@@ -253,6 +251,99 @@ def estimate_models(
         measured = store.get_model(source.name, settings, fingerprint)
         rows.append(row(est, method, predicted, granularity, measured))
     return rows
+
+
+def kept_predictor(
+    store: Any,
+    settings: Any,
+    fingerprint: Any,
+    results: Mapping[str, estimate_lib.Timing],
+    graphs: Mapping[str, tuple[Any, Any]],
+    training: Sequence[Any] = (),
+    *,
+    max_granularity: int,
+    fuse: bool = False,
+    safe_mode: bool = True,
+    probe_corpus: bool = True,
+    log: Any = None,
+) -> predict_lib.Predictor:
+    """The store's predictor for these settings and this machine.
+
+    It learns from the stored bricks of `training` (the models the store
+    timed end to end) and of the probe corpus (`dlbricks_tf.probes`, timed
+    by `dlbricks bench --probes`); from those of `graphs`, the models to
+    estimate, only when `training` is empty, so that estimating a new
+    model reuses the predictor fitted for the last one. It is read back from
+    the store when it was fitted from exactly what the store now holds
+    (`saved_predictor.fit_key`: the models learnt from, G, every stored
+    brick and its median), else fitted (`train`) and kept in the store for
+    the next call.
+
+    Args:
+        store, settings, fingerprint: Whose bricks, and where it is kept.
+        results: `store.results(settings, fingerprint)`.
+        graphs: {model: (graph, factory)} already walked (the models to
+            estimate).
+        training: `job.ModelSource`s to learn from.
+        max_granularity, fuse: Runs of up to this many steps are learnt.
+        safe_mode: As `decompose`, for `training`.
+        probe_corpus: Learn from the probes' stored bricks too.
+        log: Called with a line of progress, if given.
+
+    Raises:
+        PredictorError: Too few stored bricks to learn from.
+    """
+    from dlbricks_tf import probes
+    from dlbricks_tf.estimating import saved_predictor
+    from dlbricks_tf.store import StoreError
+
+    learnt = {s.name: s for s in training}
+    if not learnt:  # No model timed end to end: learn from those given.
+        learnt = dict.fromkeys(graphs)
+    if probe_corpus:
+        learnt.update({s.name: s for s in probes.sources()})
+    names = sorted(learnt)
+    key = saved_predictor.fit_key(
+        "efficiency", max_granularity, fuse, names, results
+    )
+    text = store.get_predictor(settings, fingerprint, key)
+    if text is not None:
+        try:
+            predictor = saved_predictor.from_json(text)
+        except saved_predictor.SavedPredictorError as e:
+            if log:
+                log(str(e))
+        else:
+            if log:
+                log(
+                    f"Predictor: kept in the store, fitted on "
+                    f"{predictor.cv.bricks} stored bricks of "
+                    f"{len(names)} model(s)"
+                )
+            return predictor
+    learn = {
+        name: graphs[name] if name in graphs else graph_of(s, safe_mode)
+        for name, s in learnt.items()
+    }
+    predictor = train(
+        learn, results, max_granularity=max_granularity, fuse=fuse
+    )
+    try:
+        store.put_predictor(
+            settings, fingerprint, key, saved_predictor.to_json(predictor)
+        )
+    except StoreError as e:  # A read-only store still estimates.
+        if log:
+            log(f"The fitted predictor was not kept: {e}")
+    if log:
+        cv = predictor.cv
+        log(
+            f"Predictor: {cv.bricks} stored bricks of {len(learn)} "
+            f"model(s); cross-validated median brick error "
+            f"{100 * cv.median_error:.0f}%, "
+            f"{100 * cv.within_10pct:.0f}% of bricks within 10%"
+        )
+    return predictor
 
 
 def _renamed(est: estimate_lib.Estimate, name: str) -> estimate_lib.Estimate:

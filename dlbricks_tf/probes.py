@@ -1,0 +1,310 @@
+"""Probe models: a seeded sample of layer configurations, one machine's
+calibration for predicted bricks.
+
+A latency model fitted on the bricks of a corpus knows the kernels that
+corpus runs, and nothing else: a family whose layers no other family has
+(grouped convolutions, layer normalization over images, very large dense
+layers) is priced from kernels unlike its own. nn-Meter trains its kernel
+predictors on sampled kernel configurations, not on models; the probes do
+the same. Each probe is a small functional model of one to three layer
+calls, the way models use them: a compute layer (convolution, grouped or
+depthwise or separable convolution, dense, pooling, an elementwise op of
+two inputs, or a normalization), optionally followed by a normalization
+and an activation. Its kind, shapes and options are drawn from fixed
+ranges by a seeded generator, under a budget of FLOPs and weights per
+call so that the whole probe corpus times in about a minute.
+
+Nothing here is drawn from a particular model or family: the ranges are
+those of the layers keras.applications and keras_hub use (feature maps
+7-112 wide, 16-2048 channels, kernels 1-7, strides 1-2). The probes are
+timed like any model's bricks (`dlbricks bench --probes`) and are learnt
+from by `estimate --predict` when the store holds them for its settings
+and machine.
+
+Example:
+    for source in sources():   # `sources.ModelSource`s named "probe-000"...
+        model = source.build()
+    [p.kind for p in specs()]
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import random
+from typing import Any
+
+# Probes in the default corpus, and the seed that draws them.
+COUNT = 240
+SEED = 0
+# The name of probe i, and the family all probes belong to.
+PREFIX = "probe-"
+FAMILY = "probes"
+
+# Budgets per call: FLOPs of a dense kind (convolution, dense), of a
+# grouped or depthwise one (a per-channel window runs tens of times slower
+# per FLOP), and weights (float32 values).
+MATRIX_FLOPS = 600e6
+WINDOW_FLOPS = 40e6
+MAX_WEIGHTS = 20e6
+
+_SIZES = (7, 14, 28, 56, 112)
+_CHANNELS = (
+    16, 24, 32, 48, 64, 96, 128, 160, 192, 256, 320, 384, 512, 768, 1024,
+    1536, 2048,
+)  # fmt: skip
+_ACTIVATIONS = (
+    "relu", "relu6", "swish", "gelu", "sigmoid", "hard_silu", "tanh",
+)  # fmt: skip
+# (kind, weight in the draw).
+_KINDS = (
+    ("conv", 5),
+    ("grouped", 3),
+    ("depthwise", 2),
+    ("separable", 1),
+    ("dense", 4),
+    ("pool", 1),
+    ("global_pool", 1),
+    ("binary", 2),
+    ("norm", 2),
+)
+
+
+@dataclasses.dataclass(frozen=True)
+class Layer:
+    """One layer call of a probe: a Keras class and its arguments."""
+
+    class_name: str
+    args: tuple[tuple[str, Any], ...]
+
+
+@dataclasses.dataclass(frozen=True)
+class ProbeSpec:
+    """A probe model: its inputs' shapes (no batch) and its chain of calls.
+
+    Attributes:
+        name: "probe-000", ...
+        kind: What its first call is (one of the kinds drawn).
+        inputs: Shapes of its inputs without the batch (two for "binary").
+        layers: The calls, in order; the first takes every input.
+    """
+
+    name: str
+    kind: str
+    inputs: tuple[tuple[int, ...], ...]
+    layers: tuple[Layer, ...]
+
+
+def is_probe(name: str) -> bool:
+    """Whether `name` names a probe model."""
+    return name.startswith(PREFIX)
+
+
+def specs(count: int = COUNT, seed: int = SEED) -> list[ProbeSpec]:
+    """The probe corpus: `count` probes drawn with `seed` (deterministic).
+
+    The same (count, seed) always gives the same probes, so their bricks'
+    signatures are the same on every machine and in every run.
+    """
+    if count < 0:
+        raise ValueError(f"count must be 0 or more. Received: {count}")
+    rng = random.Random(seed)
+    kinds = [k for k, _ in _KINDS]
+    weights = [w for _, w in _KINDS]
+    out = []
+    for i in range(count):
+        kind = rng.choices(kinds, weights)[0]
+        inputs, first = _draw(rng, kind)
+        layers = [first, *_tail(rng, kind, inputs[0])]
+        out.append(ProbeSpec(f"{PREFIX}{i:03d}", kind, inputs, tuple(layers)))
+    return out
+
+
+def build(spec: ProbeSpec) -> Any:
+    """The probe as a fresh functional `keras.Model`."""
+    import keras
+
+    inputs = [
+        keras.Input(shape, name=f"in{j}") for j, shape in enumerate(spec.inputs)
+    ]
+    x = sole = inputs if len(inputs) > 1 else inputs[0]
+    for layer in spec.layers:
+        x = _layer(keras, layer)(x)
+    return keras.Model(sole, x, name=spec.name.replace("-", "_"))
+
+
+def sources(count: int = COUNT, seed: int = SEED) -> list[Any]:
+    """The probes as `sources.ModelSource`s (built in code, nothing read)."""
+    import functools
+
+    from dlbricks_tf.sources import ModelSource
+
+    return [
+        ModelSource(s.name, builder=functools.partial(build, s))
+        for s in specs(count, seed)
+    ]
+
+
+def _layer(keras: Any, layer: Layer) -> Any:
+    args = dict(layer.args)
+    if layer.class_name == "ReLU6":  # A ReLU layer capped at 6.
+        return keras.layers.ReLU(max_value=6.0)
+    return getattr(keras.layers, layer.class_name)(**args)
+
+
+def _draw(rng: random.Random, kind: str):
+    """(input shapes, first call) of a probe of `kind`, within budget."""
+    while True:
+        size = rng.choice(_SIZES)
+        cin = rng.choice(_CHANNELS)
+        if size >= 56 and cin > 512:  # Larger maps than models run.
+            continue
+        out = _first(rng, kind, size, cin)
+        if out is not None:
+            return out
+
+
+def _first(rng: random.Random, kind: str, size: int, cin: int):
+    image = ((size, size, cin),)
+    if kind in ("conv", "grouped", "depthwise", "separable"):
+        k = rng.choice((1, 3, 3, 5, 7) if kind == "conv" else (3, 5, 7))
+        stride = rng.choice((1, 1, 1, 2))
+        padding = rng.choice(("same", "same", "valid"))
+        out_size = _out(size, k, stride, padding)
+        if out_size < 1:
+            return None
+        positions = out_size * out_size
+        act = rng.choice((None, None, *_ACTIVATIONS[:4]))
+        if kind == "conv":
+            cout = rng.choice(_CHANNELS)
+            flops = 2 * positions * cout * k * k * cin
+            weights = k * k * cin * cout
+            args = {"filters": cout, "kernel_size": k}
+            budget = MATRIX_FLOPS
+            class_name = "Conv2D"
+        elif kind == "grouped":
+            # Depthwise as a grouped convolution (groups = channels), or
+            # groups of 8-64 channels (ResNeXt, RegNet).
+            width = rng.choice((1, 1, 8, 16, 32, 64))
+            if cin % width or (width > 1 and cin // width < 2):
+                return None
+            cout = cin * rng.choice((1, 1, 2)) if width == 1 else cin
+            flops = 2 * positions * cout * k * k * width
+            weights = k * k * width * cout
+            args = {"filters": cout, "kernel_size": k, "groups": cin // width}
+            budget = WINDOW_FLOPS
+            class_name = "Conv2D"
+        elif kind == "depthwise":
+            mult = rng.choice((1, 1, 1, 2))
+            flops = 2 * positions * cin * mult * k * k
+            weights = k * k * cin * mult
+            args = {"kernel_size": k, "depth_multiplier": mult}
+            budget = WINDOW_FLOPS
+            class_name = "DepthwiseConv2D"
+        else:
+            cout = rng.choice(_CHANNELS)
+            flops = 2 * positions * (cin * k * k + cin * cout)
+            weights = k * k * cin + cin * cout
+            args = {"filters": cout, "kernel_size": k}
+            budget = MATRIX_FLOPS
+            class_name = "SeparableConv2D"
+        if flops > budget or weights > MAX_WEIGHTS:
+            return None
+        args.update(
+            strides=stride,
+            padding=padding,
+            use_bias=rng.random() < 0.5,
+            activation=act,
+        )
+        return image, Layer(class_name, _items(args))
+    if kind == "dense":
+        rank = rng.choice((2, 2, 3, 4))
+        # Flattened maps feed dense layers of up to 25088 inputs (VGG).
+        cin = cin * rng.choice((1, 1, 2, 4, 8, 12)) if rank == 2 else cin
+        units = rng.choice((*_CHANNELS, 3072, 4096))
+        if rank == 2:
+            shape = (cin,)
+            rows = 1
+        elif rank == 3:
+            rows = rng.choice((16, 32, 64, 128, 256))
+            shape = (rows, cin)
+        else:
+            rows = size * size
+            shape = (size, size, cin)
+        if 2 * rows * cin * units > MATRIX_FLOPS:
+            return None
+        if cin * units > 5 * MAX_WEIGHTS:  # 400 MB of weights at most.
+            return None
+        act = rng.choice((None, None, *_ACTIVATIONS[:4]))
+        args = {"units": units, "use_bias": rng.random() < 0.7}
+        args["activation"] = act
+        return (shape,), Layer("Dense", _items(args))
+    if kind == "pool":
+        pool = rng.choice((2, 3))
+        stride = rng.choice((1, 2))
+        if size < pool:
+            return None
+        class_name = rng.choice(("MaxPooling2D", "AveragePooling2D"))
+        args = {
+            "pool_size": pool,
+            "strides": stride,
+            "padding": rng.choice(("same", "valid")),
+        }
+        return image, Layer(class_name, _items(args))
+    if kind == "global_pool":
+        class_name = rng.choice(
+            ("GlobalAveragePooling2D", "GlobalMaxPooling2D")
+        )
+        args = {"keepdims": rng.random() < 0.3}
+        return image, Layer(class_name, _items(args))
+    if kind == "binary":
+        class_name = rng.choice(("Add", "Multiply", "Concatenate", "Subtract"))
+        second = (size, size, cin)
+        if class_name == "Multiply" and rng.random() < 0.5:
+            second = (1, 1, cin)  # Squeeze-and-excitation's scaling.
+        if class_name == "Concatenate":
+            wide = [c for c in _CHANNELS if size < 56 or c <= 512]
+            second = (size, size, rng.choice(wide))
+        return (image[0], second), Layer(class_name, ())
+    # "norm": a normalization over a map or a sequence.
+    if rng.random() < 0.3:
+        image = ((rng.choice((16, 32, 64, 128, 256)), cin),)
+    class_name = rng.choice(("BatchNormalization", "LayerNormalization"))
+    return image, Layer(class_name, ())
+
+
+def _tail(rng: random.Random, kind: str, shape: tuple[int, ...]):
+    """What may follow a probe's first call: a normalization, then an
+    activation (as a layer), as models place them."""
+    if kind in ("pool", "global_pool", "norm"):
+        if kind == "norm" and rng.random() < 0.5:
+            return [_activation(rng)]
+        return []
+    out = []
+    if kind != "binary" and rng.random() < 0.5:
+        layernorm = kind == "dense" or rng.random() < 0.2
+        out.append(
+            Layer(
+                "LayerNormalization" if layernorm else "BatchNormalization",
+                (),
+            )
+        )
+    if rng.random() < 0.5:
+        out.append(_activation(rng))
+    return out
+
+
+def _activation(rng: random.Random) -> Layer:
+    name = rng.choice(_ACTIVATIONS)
+    if name == "relu6":
+        return Layer("ReLU6", ())
+    return Layer("Activation", (("activation", name),))
+
+
+def _out(size: int, k: int, stride: int, padding: str) -> int:
+    if padding == "same":
+        return -(-size // stride)
+    return (size - k) // stride + 1
+
+
+def _items(args: dict[str, Any]) -> tuple[tuple[str, Any], ...]:
+    return tuple(sorted(args.items()))
