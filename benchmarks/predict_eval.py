@@ -19,6 +19,12 @@ family F:
    "predicted / timed" compares the predicted estimate with it, apart
    from how far the timed bricks themselves are from the whole model.
 
+With --probes (the default), every predictor also learns from the probe
+corpus's bricks (`dlbricks_tf.probes`: sampled layer configurations, no
+model's), where the store holds them: `dlbricks bench --probes
+--db=<the store>` times them, with the settings of the run. Their
+campaign is reported: it is paid once per machine and settings.
+
 Campaign seconds saved: what timing F's bricks that no other family has
 cost, taken as each brick's sampling time (samples x calls per sample x
 median, from the store) plus a setup cost per brick (building, tracing,
@@ -28,6 +34,7 @@ setup / bricks of --report, else 38.5 ms, that of the 13-model run of
 
 Usage:
     python -m benchmarks.predict_eval --db=/work/runs/acc40/store.sqlite
+    python -m benchmarks.predict_eval --db=... --noprobes
 """
 
 from __future__ import annotations
@@ -56,6 +63,13 @@ _SETUP_MS = flags.DEFINE_float(
     "setup_ms", None, "Campaign setup per brick, ms (see the docstring)."
 )
 _JSON = flags.DEFINE_string("json", None, "Write the rows here too.")
+_PROBES = flags.DEFINE_bool(
+    "probes",
+    True,
+    "Learn from the probe corpus's stored bricks too (dlbricks_tf.probes, "
+    "timed by `dlbricks bench --probes` into the same store), beside the "
+    "other families'.",
+)
 
 
 def _geomean(values):
@@ -122,6 +136,35 @@ def main(argv):
     families = {}
     for name in plans:
         families.setdefault(family(name), []).append(name)
+    probe_graphs = {}
+    probe_s = 0.0
+    if _PROBES.value:
+        from dlbricks_tf import probes
+
+        stored = set()
+        for spec in probes.specs():
+            graph, factory = model_graph(probes.build(spec))
+            plan = from_runs(
+                graph, factory, split.split(graph, g), granularity=g
+            )
+            mine = {b.signature for b in plan.bricks} & set(results)
+            if mine:
+                probe_graphs[spec.name] = (graph, factory)
+                stored |= mine
+        probe_s = sum(
+            results[s].samples
+            * results[s].calls_per_sample
+            * results[s].median_ms
+            / 1e3
+            + setup_s
+            for s in stored
+        )
+        print(
+            f"Probes: {len(probe_graphs)} probe models with stored bricks, "
+            f"{len(stored)} unique bricks at G={g}, campaign about "
+            f"{probe_s:.1f} s",
+            flush=True,
+        )
 
     rows = []
     fits = []
@@ -134,7 +177,10 @@ def main(argv):
             for b in p.bricks
         }
         data = predict_lib.examples(
-            {n: v for n, v in graphs.items() if family(n) != fam},
+            {
+                **{n: v for n, v in graphs.items() if family(n) != fam},
+                **probe_graphs,
+            },
             results,
             max_granularity=g,
             exclude=frozenset(own),
@@ -204,7 +250,9 @@ def main(argv):
 
     print(
         f"\nStore {_DB.value}: {settings.key()}, machine {fp.id}, G={g}, "
-        f"predictor {_METHOD.value}; normalized = estimate / measured\n"
+        f"predictor {_METHOD.value}, "
+        f"{'with' if probe_graphs else 'without'} probes; "
+        f"normalized = estimate / measured\n"
     )
     print(
         "| family | model | measured ms | timed | predicted [95% bounds] "
@@ -256,6 +304,11 @@ def main(argv):
         f"{1e3 * max(times):.0f} ms. Setup per brick taken as "
         f"{1e3 * setup_s:.1f} ms."
     )
+    if probe_graphs:
+        print(
+            f"The probes' campaign (timed once per machine and settings): "
+            f"about {probe_s:.1f} s."
+        )
     shutil.rmtree(folder)
     if _JSON.value:
         with open(_JSON.value, "w", encoding="utf-8") as f:

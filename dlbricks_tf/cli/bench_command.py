@@ -16,6 +16,7 @@ import functools
 
 from absl import app, flags
 
+from dlbricks_tf import probes
 from dlbricks_tf.cli import (
     exits,
     outputs,
@@ -48,6 +49,21 @@ NUM_SHARDS = flags.DEFINE_integer(
     "Job must pass it).",
     lower_bound=1,
 )
+PROBES = flags.DEFINE_bool(
+    "probes",
+    False,
+    "bench: time the bricks of the probe corpus (dlbricks_tf.probes: "
+    f"{probes.COUNT} small models of sampled layer configurations), "
+    "which `estimate --predict` learns this machine's kernels from; "
+    "with --models, theirs too.",
+)
+PROBE_COUNT = flags.DEFINE_integer(
+    "probe_count",
+    probes.COUNT,
+    "bench --probes: time the first this many probes only.",
+    lower_bound=1,
+    upper_bound=probes.COUNT,
+)
 UNSAFE_SUITE = flags.DEFINE_bool(
     "unsafe_suite",
     False,
@@ -71,6 +87,11 @@ def bench(sources, gs, safe_mode) -> None:
     from dlbricks_tf.fingerprint import system_fingerprint
 
     if shared_flags.SUITE.value:
+        if PROBES.value:
+            raise app.UsageError(
+                "--probes times the probe corpus on TensorFlow here; it does "
+                "not go with --suite."
+            )
         _bench_suite_dir(shared_flags.SUITE.value)
         return
     if shared_flags.BACKEND.value != "tf":
@@ -79,6 +100,10 @@ def bench(sources, gs, safe_mode) -> None:
             "`dlbricks export`, then `dlbricks bench --suite=DIR "
             "--backend=onnxruntime`."
         )
+    if PROBES.value:
+        # The probes alone, or beside the models named.
+        given = list(sources) if shared_flags.MODELS.value else []
+        sources = given + probes.sources(PROBE_COUNT.value)
     _, db, _ = outputs.paths()
     shard = _shard()
     settings = startup.start_tensorflow()
