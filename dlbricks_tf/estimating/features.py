@@ -103,7 +103,7 @@ def feature_names() -> tuple[str, ...]:
     names = ["calls", "inputs", "outputs"]
     for k in KIND_NAMES:
         names += [f"{k}_calls", f"{k}_flops"]
-    names += ["grouped_calls", "grouped_flops"]
+    names += ["grouped_calls", "grouped_flops", "group_width"]
     names += [f"act_{a}" for a in ACTIVATIONS]
     names += [f"act_class_{c}" for c in ACTIVATION_CLASSES]
     names += [
@@ -241,7 +241,13 @@ def call_cost(
         params = kernel * in_ch // groups * filters + filters
         if "Transpose" in class_name:
             return 2.0 * in_elems * kernel * filters, 0.0, 0.0, params
-        return 2.0 * out_elems * kernel * in_ch / groups, 0.0, 0.0, params
+        flops = 2.0 * out_elems * kernel * in_ch / groups
+        if groups > 1 and in_ch <= groups:
+            # One input channel per group: a depthwise convolution's
+            # per-channel window (ConvNeXt's), not a product across
+            # channels.
+            return 0.0, flops, 0.0, params
+        return flops, 0.0, 0.0, params
     if k == "depthwise":
         kernel = math.prod(_size(config.get("kernel_size"), rank))
         mult = int(config.get("depth_multiplier") or 1)
@@ -313,10 +319,20 @@ def brick_features(
         values["vector_flops"] += other
         values["flops"] += flops
         values["params"] += params
-        if k == "conv" and int(config.get("groups") or 1) > 1:
-            # Grouped convolutions run far slower per FLOP on CPU.
+        groups = int(config.get("groups") or 1) if k == "conv" else 1
+        if groups > 1:
+            # Grouped convolutions run far slower per FLOP on CPU, the
+            # more so the fewer channels a group holds (one: 0.3-2
+            # GFLOP/s here, 32 or more: 20-60).
             values["grouped_calls"] += 1
             values["grouped_flops"] += flops
+            in_ch = ins[0].shape[-1] if ins and ins[0] and ins[0].shape else 1
+            width = max((in_ch or 1) // groups, 1)
+            values["group_width"] = (
+                min(values["group_width"], width)
+                if values["group_width"]
+                else width
+            )
         elements = sum(_elements(s) for s in outs if s is not None)
         if not elements:
             elements = output_elements(
