@@ -52,8 +52,8 @@ _DB = flags.DEFINE_string("db", None, "Store to read (copied first).")
 _G = flags.DEFINE_integer("granularity", 1, "G of the bricks.", lower_bound=1)
 _METHOD = flags.DEFINE_enum(
     "method",
-    "efficiency",
-    ["efficiency", "trees", "hybrid", "roofline"],
+    "kinds",
+    ["kinds", "efficiency", "trees", "hybrid", "roofline"],
     "Predictor (dlbricks_tf.estimating.predict.METHODS).",
 )
 _REPORT = flags.DEFINE_string(

@@ -52,7 +52,8 @@ def test_features_count_flops_and_bytes_of_a_convolution():
     assert list(f) == list(features.feature_names())
 
 
-def test_the_predictor_recovers_a_known_law(graphs, tmp_path):
+@pytest.mark.parametrize("method", ["efficiency", "kinds"])
+def test_the_predictor_recovers_a_known_law(graphs, tmp_path, method):
     held_out = "net9"
     learn = {k: v for k, v in graphs.items() if k != held_out}
     with _law_store(tmp_path / "s.sqlite", graphs) as store:
@@ -68,7 +69,7 @@ def test_the_predictor_recovers_a_known_law(graphs, tmp_path):
         learn, results, max_granularity=2, exclude=frozenset(unseen)
     )
     assert len(data) > 100
-    predictor = predict_lib.Predictor.fit(data)
+    predictor = predict_lib.Predictor.fit(data, method=method)
     assert predictor.cv.grouped and predictor.cv.bricks == len(data)
     got = predictor.predict_bricks(list(unseen.values()), graph.specs)
     errors = sorted(
@@ -79,6 +80,28 @@ def test_the_predictor_recovers_a_known_law(graphs, tmp_path):
     for s in unseen:  # Nothing was run: no samples, an interval from CV.
         t = got[s]
         assert t.samples == 0 and t.ci_low_ms <= t.median_ms <= t.ci_high_ms
+
+
+def test_a_brick_is_of_the_kind_of_its_costliest_call():
+    inp = keras.Input((8, 8, 16))
+    x = layers.Conv2D(16, 3, padding="same")(inp)
+    x = layers.BatchNormalization()(x)
+    x = layers.ReLU()(x)
+    x = layers.Conv2D(16, 3, padding="same", groups=16)(x)
+    x = layers.Add()([x, inp])
+    graph, factory = model_graph(keras.Model(inp, x))
+    cut = Cutter(graph, factory)
+    rows = [
+        features.vector(features.brick_features(cut.brick(i, j), graph.specs))
+        for i, j in ((0, 3), (1, 3), (2, 3), (3, 4), (2, 5), (4, 5))
+    ]
+    assert predict_lib.brick_kinds(np.array(rows)) == [
+        "conv", "batchnorm", "activation", "grouped", "grouped", "elementwise",
+    ]  # fmt: skip
+    # A kind of few bricks is priced by the model of all kinds.
+    many = np.array(rows[:1] * predict_lib.MIN_KIND_BRICKS + rows[3:4] * 3)
+    model = predict_lib._Kinds(0).fit(many, np.log(np.arange(1.0, 24.0)))
+    assert set(model.kinds) == {"conv"}
 
 
 def efficiency_law_ms(f) -> float:

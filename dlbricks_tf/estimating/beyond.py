@@ -35,6 +35,9 @@ from dlbricks_tf.estimating import cover as cover_lib
 from dlbricks_tf.estimating import estimate as estimate_lib
 from dlbricks_tf.estimating import predict as predict_lib
 
+# The predictor's method (`predict.METHODS`).
+METHOD = "kinds"
+
 
 def graph_of(source: Any, safe_mode: bool = True) -> tuple[Any, Any]:
     """(graph, factory) of a `job.ModelSource`; a file is read for its config.
@@ -76,7 +79,7 @@ def train(
         fuse=fuse,
         group_of=corpus.family,
     )
-    return predict_lib.Predictor.fit(data)
+    return predict_lib.Predictor.fit(data, method=METHOD)
 
 
 def estimate_graph(
@@ -303,9 +306,7 @@ def kept_predictor(
     if probe_corpus:
         learnt.update({s.name: s for s in probes.sources()})
     names = sorted(learnt)
-    key = saved_predictor.fit_key(
-        "efficiency", max_granularity, fuse, names, results
-    )
+    key = saved_predictor.fit_key(METHOD, max_granularity, fuse, names, results)
     text = store.get_predictor(settings, fingerprint, key)
     if text is not None:
         try:

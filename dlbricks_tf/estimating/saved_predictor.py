@@ -167,11 +167,16 @@ class _Saved:
     log ms, as the fitted models of `predict` do."""
 
     def __init__(
-        self, method: str, coef: list[float] | None, forest: Forest | None
+        self,
+        method: str,
+        coef: list[float] | None,
+        forest: Forest | None,
+        kinds: dict[str, Forest] | None = None,
     ) -> None:
         self.method = method
         self.coef = coef
         self.forest = forest
+        self.kinds = kinds or {}
 
     def predict(self, x: Any) -> Any:
         import numpy as np
@@ -180,7 +185,13 @@ class _Saved:
         if self.method == "roofline":
             return self._roofline(x)
         y = self.forest.predict(x)
-        if self.method == "efficiency":
+        if self.method == "kinds" and self.kinds:
+            kinds = np.array(predict_lib.brick_kinds(x))
+            for k, forest in self.kinds.items():
+                rows = kinds == k
+                if rows.any():
+                    y[rows] = forest.predict(x[rows])
+        if self.method in ("efficiency", "kinds"):
             return y + predict_lib._Efficiency._log_cost(x)
         if self.method == "hybrid":
             return y + self._roofline(x)
@@ -194,25 +205,33 @@ class _Saved:
         return np.log(np.maximum(ms, predict_lib.MIN_MS))
 
 
-def _parts(method: str, model: Any) -> tuple[list | None, Forest | None]:
+def _parts(
+    method: str, model: Any
+) -> tuple[list | None, Forest | None, dict[str, Forest]]:
     if isinstance(model, _Saved):
-        return model.coef, model.forest
+        return model.coef, model.forest, model.kinds
     if method == "roofline":
-        return model.coef_.tolist(), None
+        return model.coef_.tolist(), None, {}
     if method == "trees":
-        return None, Forest.from_sklearn(model)
+        return None, Forest.from_sklearn(model), {}
     if method == "efficiency":
-        return None, Forest.from_sklearn(model._trees)
+        return None, Forest.from_sklearn(model._trees), {}
+    if method == "kinds":
+        kinds = {
+            k: Forest.from_sklearn(m._trees) for k, m in model.kinds.items()
+        }
+        return None, Forest.from_sklearn(model.all._trees), kinds
     # hybrid
     return (
         model._roofline.coef_.tolist(),
         Forest.from_sklearn(model._trees),
+        {},
     )
 
 
 def to_json(predictor: predict_lib.Predictor) -> str:
     """The predictor as JSON text (data only)."""
-    coef, forest = _parts(predictor.method, predictor._model)
+    coef, forest, kinds = _parts(predictor.method, predictor._model)
     return json.dumps(
         {
             "format": FORMAT,
@@ -221,6 +240,7 @@ def to_json(predictor: predict_lib.Predictor) -> str:
             "cv": dataclasses.asdict(predictor.cv),
             "roofline": coef,
             "forest": forest.to_dict() if forest is not None else None,
+            "kinds": {k: f.to_dict() for k, f in sorted(kinds.items())},
         }
     )
 
@@ -248,7 +268,11 @@ def from_json(text: str) -> predict_lib.Predictor:
         forest = None
         if data["forest"] is not None:
             forest = Forest(data["forest"]["baseline"], data["forest"]["trees"])
-        model = _Saved(method, data["roofline"], forest)
+        kinds = {
+            k: Forest(f["baseline"], f["trees"])
+            for k, f in data["kinds"].items()
+        }
+        model = _Saved(method, data["roofline"], forest, kinds)
         cv = predict_lib.CrossValidation(**data["cv"])
     except (KeyError, TypeError, ValueError) as e:
         raise SavedPredictorError(
