@@ -17,13 +17,14 @@ Methods (`METHODS`):
   median / guess, the brick's efficiency. The ratio is bounded, so a
   brick larger than any learnt from is priced at the efficiency of the
   largest ones, not at their latency.
-* "kinds" (the default): "efficiency" fitted once per kind of brick (the kind of its
-  costliest call, grouped convolutions a kind of their own) that has at
-  least `MIN_KIND_BRICKS` bricks, and once over all bricks for the
-  others. One model over all kinds is fitted mostly to the kinds that
-  are common (elementwise, normalization and activation bricks are most
-  bricks of most models): a kind of few bricks (the probes' grouped
-  convolutions) is priced as its neighbours in feature space are.
+* "kinds" (the default): "efficiency" fitted once per kind of brick
+  (the kind of its costliest call, grouped convolutions a kind of their
+  own) that has at least `MIN_KIND_BRICKS` bricks, and once over all
+  bricks for the others. One model over all kinds is fitted mostly to
+  the kinds that are common (elementwise, normalization and activation
+  bricks are most bricks of most models), and prices a kind of few
+  bricks (the probes' grouped convolutions) as its neighbours in feature
+  space.
 * "trees": the same trees on the log of the bricks' medians: latencies
   span five orders of magnitude, and errors are relative; trees do not
   extrapolate beyond the largest brick they saw.
