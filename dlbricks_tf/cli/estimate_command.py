@@ -24,8 +24,10 @@ PREDICT = flags.DEFINE_bool(
     False,
     "estimate: predict the bricks the store lacks with a latency model "
     "fitted on the store's bricks of these settings and this machine "
-    "(those of --models and of the keras.applications models the store "
-    "timed); without it a missing brick is an error.",
+    "(those of the keras.applications models the store timed, or of "
+    "--models if it timed none, and of the probes `bench --probes` "
+    "timed), kept in the store for the next call; without it a missing "
+    "brick is an error.",
 )
 
 
