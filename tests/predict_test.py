@@ -129,7 +129,10 @@ def _wide_net(seed: int) -> keras.Model:
     return keras.Model(inp, x, name=f"wide{seed}")
 
 
-def test_efficiency_extrapolates_to_bricks_larger_than_any_learnt(tmp_path):
+@pytest.mark.parametrize("method", ["efficiency", "kinds"])
+def test_efficiency_extrapolates_to_bricks_larger_than_any_learnt(
+    tmp_path, method
+):
     """Trained on small bricks, priced right on ones 10-100x as large."""
     small = {}
     for seed in range(8):  # The small nets, with hard_silu activations too.
@@ -155,8 +158,8 @@ def test_efficiency_extrapolates_to_bricks_larger_than_any_learnt(tmp_path):
     results = store.results(SETTINGS, FP)
     store.close()
     data = predict_lib.examples(small, results, max_granularity=1)
-    predictor = predict_lib.Predictor.fit(data)
-    assert predictor.method == "efficiency"
+    predictor = predict_lib.Predictor.fit(data, method=method)
+    assert predictor.method == method
     bricks = from_runs(graph, factory, split.split(graph, 1), granularity=1)
     got = predictor.predict_bricks(bricks.bricks, graph.specs)
     assert max(results[s].median_ms for s in got) > 10 * max(learn_ms)
