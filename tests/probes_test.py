@@ -127,3 +127,7 @@ def test_cli_times_probes_and_estimates_a_model_from_them_alone(tmp_path):
     assert row in proc.stdout.splitlines()  # The same estimate.
     proc = dlbricks("bench", "--probes", "--suite=x", *common)
     assert proc.returncode != 0 and "--suite" in proc.stderr
+
+
+if __name__ == "__main__":
+    raise SystemExit(pytest.main([__file__, "-q"]))

@@ -169,3 +169,7 @@ def test_a_law_store_with_probe_bricks_teaches_the_probes(tmp_path):
     assert {e.group for e in data} == {probes.FAMILY}
     law = [law_ms(e.features) for e in data]
     assert [e.median_ms for e in data] == pytest.approx(law)
+
+
+if __name__ == "__main__":
+    raise SystemExit(pytest.main([__file__, "-q"]))
