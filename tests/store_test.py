@@ -370,10 +370,6 @@ def test_concurrent_writers_lose_nothing(tmp_path):
     }
 
 
-if __name__ == "__main__":
-    raise SystemExit(pytest.main([__file__, "-q"]))
-
-
 def test_failure_recorded_missing_and_replaced_by_a_timing(tmp_path):
     with store_lib.Store(tmp_path / "s.sqlite") as store:
         store.put("a", SETTINGS, FP, _timing(1.0))
@@ -445,3 +441,7 @@ def test_merge_copies_failures_unless_a_timing_exists(tmp_path):
         assert b.merge_from(tmp_path / "a.sqlite") == 0
         assert b.failures(SETTINGS, FP) == {"x": "bad x"}
         assert b.get("y", SETTINGS, FP) == _timing(1.0)
+
+
+if __name__ == "__main__":
+    raise SystemExit(pytest.main([__file__, "-q"]))
