@@ -12,7 +12,8 @@ depthwise or separable convolution, dense, pooling, an elementwise op of
 two inputs, or a normalization), optionally followed by a normalization
 and an activation. Its kind, shapes and options are drawn from fixed
 ranges by a seeded generator, under a budget of FLOPs and weights per
-call so that the whole probe corpus times in about a minute.
+call so that the whole probe corpus times in about half a minute (33 s
+for its 410 new bricks on a 2-core machine).
 
 Nothing here is drawn from a particular model or family: the ranges are
 those of the layers keras.applications and keras_hub use (feature maps
