@@ -425,7 +425,7 @@ def _trees(seed: int) -> Any:
 
 
 class _Kinds:
-    """One `_Efficiency` per kind of brick (`brick_kind`) with enough
+    """One `_Efficiency` per kind of brick (`brick_kinds`) with enough
     bricks, and one over all bricks for the kinds with fewer."""
 
     def __init__(self, seed: int) -> None:
