@@ -162,71 +162,64 @@ class Forest:
         return {"baseline": self.baseline, "trees": self.trees}
 
 
-class _Saved:
-    """A predictor's model rebuilt from its saved parts; `predict` gives
-    log ms, as the fitted models of `predict` do."""
-
-    def __init__(
-        self,
-        method: str,
-        coef: list[float] | None,
-        forest: Forest | None,
-        kinds: dict[str, Forest] | None = None,
-    ) -> None:
-        self.method = method
-        self.coef = coef
-        self.forest = forest
-        self.kinds = kinds or {}
-
-    def predict(self, x: Any) -> Any:
-        import numpy as np
-
-        x = np.asarray(x, dtype=float)
-        if self.method == "roofline":
-            return self._roofline(x)
-        y = self.forest.predict(x)
-        if self.method == "kinds" and self.kinds:
-            kinds = np.array(predict_lib.brick_kinds(x))
-            for k, forest in self.kinds.items():
-                rows = kinds == k
-                if rows.any():
-                    y[rows] = forest.predict(x[rows])
-        if self.method in ("efficiency", "kinds"):
-            return y + predict_lib._Efficiency._log_cost(x)
-        if self.method == "hybrid":
-            return y + self._roofline(x)
-        return y
-
-    def _roofline(self, x: Any) -> Any:
-        import numpy as np
-
-        terms = predict_lib._Roofline._terms(x)
-        ms = terms @ np.asarray(self.coef)
-        return np.log(np.maximum(ms, predict_lib.MIN_MS))
+def _forest(trees: Any) -> Forest:
+    """The forest of fitted trees (already one if read back)."""
+    return trees if isinstance(trees, Forest) else Forest.from_sklearn(trees)
 
 
 def _parts(
     method: str, model: Any
 ) -> tuple[list | None, Forest | None, dict[str, Forest]]:
-    if isinstance(model, _Saved):
-        return model.coef, model.forest, model.kinds
+    """(roofline coefficients, forest, forest per kind) of a fitted model
+    of `predict`, or of one `_model` rebuilt."""
+    import numpy as np
+
     if method == "roofline":
-        return model.coef_.tolist(), None, {}
+        return np.asarray(model.coef_).tolist(), None, {}
     if method == "trees":
-        return None, Forest.from_sklearn(model), {}
+        return None, _forest(model), {}
     if method == "efficiency":
-        return None, Forest.from_sklearn(model._trees), {}
+        return None, _forest(model._trees), {}
     if method == "kinds":
-        kinds = {
-            k: Forest.from_sklearn(m._trees) for k, m in model.kinds.items()
-        }
-        return None, Forest.from_sklearn(model.all._trees), kinds
+        kinds = {k: _forest(m._trees) for k, m in model.kinds.items()}
+        return None, _forest(model.all._trees), kinds
     # hybrid
-    return (
-        model._roofline.coef_.tolist(),
-        Forest.from_sklearn(model._trees),
-        {},
-    )
+    coef = np.asarray(model._roofline.coef_).tolist()
+    return coef, _forest(model._trees), {}
+
+
+def _model(
+    method: str,
+    coef: list | None,
+    forest: Forest | None,
+    kinds: dict[str, Forest],
+) -> Any:
+    """The model of `predict` for `method`, its trees replaced by the
+    saved forests: each method's formula stays written once, there."""
+    import numpy as np
+
+    def efficiency(trees: Forest) -> Any:
+        model = predict_lib._Efficiency(0)
+        model._trees = trees
+        return model
+
+    if method == "roofline":
+        model = predict_lib._Roofline()
+        model.coef_ = np.asarray(coef)
+        return model
+    if method == "trees":
+        return forest
+    if method == "efficiency":
+        return efficiency(forest)
+    if method == "kinds":
+        model = predict_lib._Kinds(0)
+        model.all = efficiency(forest)
+        model.kinds = {k: efficiency(f) for k, f in kinds.items()}
+        return model
+    model = predict_lib._Hybrid(0)
+    model._roofline.coef_ = np.asarray(coef)
+    model._trees = forest
+    return model
 
 
 def to_json(predictor: predict_lib.Predictor) -> str:
@@ -272,7 +265,7 @@ def from_json(text: str) -> predict_lib.Predictor:
             k: Forest(f["baseline"], f["trees"])
             for k, f in data["kinds"].items()
         }
-        model = _Saved(method, data["roofline"], forest, kinds)
+        model = _model(method, data["roofline"], forest, kinds)
         cv = predict_lib.CrossValidation(**data["cv"])
     except (KeyError, TypeError, ValueError) as e:
         raise SavedPredictorError(
