@@ -84,6 +84,19 @@ def _within(values):
     return sum(0.9 <= v <= 1.1 for v in values)
 
 
+def _campaign_s(signatures, results, setup_s: float) -> float:
+    """What timing these stored bricks cost: each one's sampling time
+    (samples x calls per sample x median) plus the setup of a brick."""
+    return sum(
+        results[s].samples
+        * results[s].calls_per_sample
+        * results[s].median_ms
+        / 1e3
+        + setup_s
+        for s in signatures
+    )
+
+
 def _setup_ms() -> float:
     if _SETUP_MS.value is not None:
         return _SETUP_MS.value
@@ -151,14 +164,7 @@ def main(argv):
             if mine:
                 probe_graphs[spec.name] = (graph, factory)
                 stored |= mine
-        probe_s = sum(
-            results[s].samples
-            * results[s].calls_per_sample
-            * results[s].median_ms
-            / 1e3
-            + setup_s
-            for s in stored
-        )
+        probe_s = _campaign_s(stored, results, setup_s)
         print(
             f"Probes: {len(probe_graphs)} probe models with stored bricks, "
             f"{len(stored)} unique bricks at G={g}, campaign about "
@@ -190,14 +196,7 @@ def main(argv):
         predictor = predict_lib.Predictor.fit(data, method=_METHOD.value)
         fits.append(time.perf_counter() - start)
         new = own - rest
-        saved = sum(
-            results[s].samples
-            * results[s].calls_per_sample
-            * results[s].median_ms
-            / 1e3
-            + setup_s
-            for s in new
-        )
+        saved = _campaign_s(new, results, setup_s)
         for n in names:
             m = measured[n].median_ms
             # From the model's config file: read, walked, cut, every brick
