@@ -322,10 +322,17 @@ def kept_predictor(
                     f"{len(names)} model(s)"
                 )
             return predictor
-    learn = {
-        name: graphs[name] if name in graphs else graph_of(s, safe_mode)
-        for name, s in learnt.items()
-    }
+    learn = {}
+    for i, (name, s) in enumerate(learnt.items(), 1):
+        if log and (i == 1 or i % 40 == 0 or i == len(learnt)):
+            log(f"Predictor: walking its models, {i}/{len(learnt)}")
+        learn[name] = graphs[name] if name in graphs else graph_of(s, safe_mode)
+    if log:
+        log(
+            f"Predictor: fitting and cross-validating on the stored bricks "
+            f"of {len(learn)} model(s); the store keeps it for the "
+            "next call"
+        )
     predictor = train(
         learn, results, max_granularity=max_granularity, fuse=fuse
     )
