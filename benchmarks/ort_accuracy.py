@@ -1,28 +1,16 @@
 r"""Accuracy and speed-up of DLBricks on ONNX Runtime.
 
-The ONNX Runtime counterpart of benchmarks/accuracy.py. For each
-granularity G: decompose every model, convert each unique brick and each
-whole model to ONNX (tf2onnx, dynamic batch; files cached in
-`--out/onnx/`), then, model by model, time the whole model and its bricks
-not yet stored with ONNX Runtime (`dlbricks_tf.measuring.ort_timing.OrtTimer`)
-in interleaved rounds, by the runner `dlbricks_tf.job.run_granularity`
-uses for TF (`dlbricks_tf.measuring.rounds`: one batch of samples of each
-per round, the whole model sampling for as long as any of its bricks
-does, a brick that ends noisy measured once more), so that estimate and
-measurement are taken close together in time. Conversion is done before
-any timing starts, so TensorFlow's work does not share the machine with
-a measurement.
-
-Results go to `--out/store.sqlite` under run settings with
-`backend="onnxruntime"` as they finish, so a stopped run resumes: a brick
-stored (not noisy) is not timed again, and a model is timed again only if
-it has no stored result or some of its bricks are timed in this run
-(`--fresh` re-times everything). Writes `report.json` in the shape of
-benchmarks/accuracy.py (`system`, `settings`, `runs` with measured_ms,
-estimated_ms, estimated_parallel_ms, normalized; `corpus` per G with the
-geometric mean, min and max of the normalized latency and the speed-up)
-and prints a Markdown table. A model that cannot be converted is listed
-under `errors` and left out of the figures.
+The ONNX Runtime counterpart of benchmarks/accuracy.py, through the same
+path as `dlbricks run --backend=onnxruntime` (`job.run_granularity`): for
+each granularity G and each model, decompose it, convert the bricks not
+yet stored and the whole model to ONNX (tf2onnx; brick files kept per
+signature in `--out/onnx/`), then time the whole model and its bricks with
+ONNX Runtime in interleaved rounds, every result stored as it finishes
+(`--out/store.sqlite`, settings with `backend="onnxruntime"`), so a
+stopped run resumes (`--fresh` re-times every brick). Writes `report.json`
+in the shape of benchmarks/accuracy.py and prints a Markdown table. A model
+that cannot be converted or timed is listed under `errors` and left out of
+the figures.
 
 Usage:
     python -m benchmarks.ort_accuracy --models=ResNet50,MobileNetV2 \
@@ -31,15 +19,12 @@ Usage:
 
 from __future__ import annotations
 
-import functools
 import os
-import re
 from pathlib import Path
 
 from absl import app, flags, logging
 
 from benchmarks import sampling_flags
-from dlbricks_tf.measuring import rounds
 
 flags.adopt_module_key_flags(sampling_flags)  # Shown by --helpshort.
 _GRANULARITIES = flags.DEFINE_list("granularities", ["1"], "Values of G.")
@@ -58,220 +43,51 @@ _OUT = flags.DEFINE_string(
 )
 
 
-def _stem(name: str) -> str:
-    """A file-name-safe form of a model name."""
-    return re.sub(r"[^A-Za-z0-9_.-]+", "_", name)
+def _run_granularity(g, sources, settings, fp, options, brick_options, store):
+    """Measures every model at one G on ORT; returns (runs, corpus, errors).
 
-
-def _convert(build, folder: Path, stem: str, batch_size: int):
-    """(path, id bounds) of a cached or new ONNX file of a Keras model.
-
-    `build(batch)` returns the Keras model; a dynamic batch is tried first,
-    then the batch size timed (some bricks only build with a fixed one).
-    The `.json` beside a file is written last: without it, the file is
-    converted again.
-
-    Raises:
-        dlbricks_tf.Error: If neither converts.
+    Each model goes through the job's own path (`job.run_granularity`),
+    one model at a time so that one that cannot be converted or timed is
+    listed under `errors` and the others still count; the corpus row is
+    rebuilt over the models that were measured.
     """
-    from dlbricks_tf import errors
-    from dlbricks_tf.measuring import ort_timing
+    from dlbricks_tf import errors, job
+    from dlbricks_tf.cutting import suite as suite_lib
+    from dlbricks_tf.estimating import rows
 
-    names = ((None, stem), (batch_size, f"{stem}-b{batch_size}"))
-    for _, name in names:
-        path = folder / f"{name}.onnx"
-        bounds = ort_timing.load_id_bounds(path)
-        if bounds is not None and path.is_file():
-            return path, bounds
-    failure = None
-    for batch, name in names:
+    runs, failed, measured, results, decompositions = [], {}, {}, {}, {}
+    walls: dict[str, float] = {}
+    for source in sources:
         try:
-            model = build(batch)
-            return ort_timing.convert_for_ort(
-                model, folder, name, batch_size=batch
-            )
-        except Exception as e:  # Keras and tf2onnx raise many types.
-            failure = e
-    if isinstance(failure, errors.Error):
-        raise failure
-    raise errors.Error(f"{type(failure).__name__}: {failure}") from failure
-
-
-def _prepare(g, sources, settings, stored, stored_models, folder, clock):
-    """Decomposes every model and converts what will be timed.
-
-    Returns:
-        (decompositions, {model: (path, bounds)}, {signature: (path,
-        bounds)}, {model: error}) for the models that can be estimated.
-    """
-    import keras
-
-    from dlbricks_tf import errors
-    from dlbricks_tf.cutting.decompose import decompose
-
-    decompositions, model_files, brick_files, failed = {}, {}, {}, {}
-    for i, source in enumerate(sources):
-        keras.backend.clear_session()
-        model = source.build()
-        try:
-            d = clock.run(
-                (rounds.CAMPAIGN, rounds.SETUP),
-                decompose,
-                model,
+            result = job.run_granularity(
+                [source],
                 g,
+                settings,
+                fp,
+                store,
+                options,
+                brick_options,
+                reuse_stored=not _FRESH.value,
                 fuse=_FUSE.value,
+                log=lambda line: logging.info("%s", line),
+                onnx_folder=Path(_OUT.value) / "onnx",
             )
-        except errors.Error as e:
-            failed[source.name] = str(e)
-            continue
-        todo = [
-            b
-            for b in dict((b.signature, b) for b in d.bricks).values()
-            if b.signature not in stored and b.signature not in brick_files
-        ]
-        try:
-            for j, brick in enumerate(todo):
-                brick_files[brick.signature] = clock.run(
-                    "conversion",
-                    _convert,
-                    brick.build,
-                    folder,
-                    f"brick-{brick.signature}",
-                    settings.batch_size,
-                )
-                if (j + 1) % 25 == 0:
-                    logging.info(
-                        "G=%d %s: %d/%d bricks converted",
-                        g,
-                        source.name,
-                        j + 1,
-                        len(todo),
-                    )
-            if todo or source.name not in stored_models:
-                model_files[source.name] = clock.run(
-                    "conversion",
-                    _convert,
-                    lambda batch, m=model: m,
-                    folder,
-                    f"model-{_stem(source.name)}",
-                    settings.batch_size,
-                )
         except errors.Error as e:
             failed[source.name] = str(e).splitlines()[0]
             logging.warning("G=%d %s: skipped: %s", g, source.name, e)
             continue
-        finally:
-            del model
-        decompositions[source.name] = d
-        logging.info(
-            "G=%d prepared %d/%d: %s (%d bricks, %d unique to time, ONNX "
-            "in %s)",
-            g,
-            i + 1,
-            len(sources),
-            source.name,
-            len(d.bricks),
-            len(todo),
-            folder,
-        )
-    keras.backend.clear_session()
-    return decompositions, model_files, brick_files, failed
-
-
-def _run_granularity(g, sources, settings, fp, options, brick_options, store):
-    """Measures every model at one G on ORT; returns (runs, corpus, errors)."""
-    from dlbricks_tf.cutting import suite as suite_lib
-    from dlbricks_tf.estimating import rows
-    from dlbricks_tf.measuring import ort_timing
-
-    clock = rounds.WallClock(
-        (rounds.CAMPAIGN, rounds.SETUP, rounds.END_TO_END, "conversion")
-    )
-    fresh = _FRESH.value
-    stored = {} if fresh else store.results(settings, fp, accept_noisy=False)
-    stored_models = {
-        s.name: t
-        for s in sources
-        if not fresh and (t := store.get_model(s.name, settings, fp))
-    }
-    folder = Path(_OUT.value) / "onnx"
-    folder.mkdir(parents=True, exist_ok=True)
-    decompositions, model_files, brick_files, failed = _prepare(
-        g, sources, settings, stored, stored_models, folder, clock
-    )
-    suite = suite_lib.build_suite(decompositions)
-    results = {s: stored[s] for s in suite.signatures if s in stored}
-    total = len(model_files) + sum(s not in results for s in suite.signatures)
-    progress = {"done": 0}
-
-    def tick(name):
-        progress["done"] += 1
-        n = progress["done"]
-        if n == total or n % 10 == 0:
-            logging.info("G=%d %s: %d/%d timers done", g, name, n, total)
-
-    runs, measured, timed = [], {}, 0
-    for source in sources:
-        if source.name not in decompositions:
-            continue
-        d = decompositions[source.name]
-
-        def make_timer(sig):
-            path, bounds = brick_files[sig]
-            return ort_timing.OrtTimer(
-                path, settings, brick_options, id_bounds=bounds
-            )
-
-        def on_brick(sig, timing, name=source.name):
-            results[sig] = timing
-            store.put(sig, settings, fp, timing)  # Committed at once.
-            tick(name)
-
-        model_rounds = None
-        if source.name in model_files:
-            path, bounds = model_files[source.name]
-            model_rounds = rounds.ModelSampler(
-                clock.run(
-                    rounds.END_TO_END,
-                    ort_timing.OrtTimer,
-                    path,
-                    settings,
-                    options,
-                    id_bounds=bounds,
-                ),
-                clock,
-                functools.partial(tick, source.name),
-            )
-        summary = rounds.time_in_rounds(
-            [b.signature for b in d.bricks if b.signature not in results],
-            make_timer,
-            clock,
-            between=model_rounds,
-            on_result=on_brick,
-        )
-        timed += len(summary.timed)
-        if model_rounds is not None:
-            measured[source.name] = model_rounds.finish()
-            store.put_model(source.name, settings, fp, measured[source.name])
-        else:
-            measured[source.name] = stored_models[source.name]
-        row = rows.model_row(
-            source.name, g, settings, measured[source.name], results, d
-        )
-        row["new_unique_bricks"] = len(summary.timed)
-        runs.append(row)
-        logging.info(
-            "G=%d %s: measured %.3f ms, estimated %.3f ms (x%.3f), "
-            "%d bricks, %d timed",
-            g,
-            source.name,
-            row["measured_ms"],
-            row["estimated_ms"],
-            row["normalized"],
-            row["bricks"],
-            len(summary.timed),
-        )
-        del model_rounds
+        runs += result.runs
+        measured.update(result.measured)
+        results.update(result.results)
+        decompositions.update(result.decompositions)
+        for key in (
+            "campaign_wall_s",
+            "campaign_setup_s",
+            "bricks_timed",
+            "end_to_end_wall_s",
+            "conversion_wall_s",
+        ):
+            walls[key] = walls.get(key, 0) + result.corpus.get(key, 0)
     if not runs:
         return runs, None, failed
     corpus_row = rows.corpus_row(
@@ -280,12 +96,8 @@ def _run_granularity(g, sources, settings, fp, options, brick_options, store):
         runs,
         measured,
         results,
-        suite,
-        campaign_wall_s=clock[rounds.CAMPAIGN],
-        campaign_setup_s=clock[rounds.SETUP],
-        bricks_timed=timed,
-        end_to_end_wall_s=clock[rounds.END_TO_END],
-        conversion_wall_s=clock["conversion"],
+        suite_lib.build_suite(decompositions),
+        **walls,
     )
     return runs, corpus_row, failed
 

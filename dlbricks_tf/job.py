@@ -6,8 +6,10 @@ interleaved rounds (one sample of each per round, so that the ratio
 estimate / measured compares measurements taken close together in time on
 a noisy machine; see `dlbricks_tf.measuring.rounds`), store every result
 as it finishes, and rebuild each model's latency from its bricks
-(sequential and parallel). The command line's `run` and
-`benchmarks/accuracy.py` both call `run_granularity`.
+(sequential and parallel). The bricks are timed by the one timing path
+of every command (`dlbricks_tf.measuring.brick_timing`), on TensorFlow or
+ONNX Runtime as the settings say. The command line's `run` and the
+accuracy benchmarks (TF and ONNX Runtime) call `run_granularity`.
 
 Models are named by `resolve_models` (`dlbricks_tf.sources`, also
 importable from here): `keras.applications` names or model
@@ -37,6 +39,7 @@ import dataclasses
 import functools
 import json
 import os
+import re
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -56,6 +59,9 @@ from dlbricks_tf.stats import Timing
 # bottlenecks, squeeze-and-excitation) that share many bricks at G=1 and
 # finish in 2-4 minutes on a 2-core machine.
 DEFAULT_MODELS = ("MobileNetV2", "ResNet50", "EfficientNetB0")
+
+# Wall-clock kind of converting bricks and models to ONNX.
+CONVERSION = "conversion"
 
 # progress(model, done, total): timers finished so far at this G.
 Progress = Callable[[str, int, int], None]
@@ -105,6 +111,7 @@ def run_granularity(
     progress: Progress | None = None,
     log: Callable[[str], None] | None = None,
     fuse: bool = False,
+    onnx_folder: str | os.PathLike | None = None,
 ) -> GranularityResult:
     """Measures every model and its bricks at one G, and estimates.
 
@@ -113,7 +120,8 @@ def run_granularity(
     A model with `input_shapes` is cut and timed at them.
 
     A brick that cannot be built or timed is recorded as failed in the
-    store (`Store.put_failure`, with `bench.failure_reason`) and logged;
+    store (`Store.put_failure`, with `brick_timing.failure_reason`) and
+    logged;
     the other bricks and models are timed. A model that uses it is still
     measured, but its row has no estimate (nan) and names the brick in
     `failed_bricks`; the corpus figures are those of the other models.
@@ -134,6 +142,11 @@ def run_granularity(
             as each brick or model finishes (or a brick fails).
         log: Called with one line per model and one per failed brick.
         fuse: Keep fusion units whole (see `dlbricks_tf.decompose`).
+        onnx_folder: Where ONNX files are kept, for settings with
+            `backend="onnxruntime"` (bricks by signature, reused by later
+            runs; whole models converted afresh). Converting is charged
+            to the report's `conversion_wall_s`, not to the campaign: an
+            exported suite carries its ONNX files to every machine.
 
     Returns:
         The rows of report.json (`runs`, `corpus`) and what they came from.
@@ -145,20 +158,24 @@ def run_granularity(
     """
     import keras
 
-    from dlbricks_tf import bench
     from dlbricks_tf.cutting import suite as suite_lib
-    from dlbricks_tf.measuring import campaign, rounds, timing
-    from dlbricks_tf.settings import ThreadPoolError
-    from dlbricks_tf.store import StoreError
+    from dlbricks_tf.cutting.decompose import decompose
+    from dlbricks_tf.measuring import brick_timing, rounds
 
     brick_options = brick_options or options
     log = log or (lambda line: None)
+    ort = settings.backend == "onnxruntime"
+    if ort and onnx_folder is None:
+        raise ValueError(
+            "ONNX Runtime times ONNX files: pass onnx_folder, where the "
+            "bricks' and models' files are kept."
+        )
     # "setup" is the campaign's part that no sampling cap shortens:
     # decomposing, building, and each brick timer's trace and warm-up.
-    clock = rounds.WallClock()
+    clock = rounds.WallClock(
+        (rounds.CAMPAIGN, rounds.SETUP, rounds.END_TO_END, CONVERSION)
+    )
     setup = (rounds.CAMPAIGN, rounds.SETUP)
-
-    from dlbricks_tf.cutting.decompose import decompose
 
     decompositions = {}
     for source in sources:
@@ -188,86 +205,64 @@ def run_granularity(
     measured: dict[str, Timing] = {}
     remeasured: list[str] = []  # Bricks whose first timing did not settle.
     # {model: {signature: count}}: the estimates a chain's precision serves.
-    weights: dict[str, dict[str, int]] = {}
-    for entry in suite.entries:
-        for name, count in entry.counts:
-            weights.setdefault(name, {})[entry.signature] = count
+    weights = brick_timing.model_weights(suite.entries)
+    failed: dict[str, str] = {}
 
-    def finished(name: str) -> None:
+    def finished(name: str, *_: Any) -> None:
         done[0] += 1
         if progress is not None:
             progress(name, done[0], total)
 
-    def commit(name: str, key: str, result: Timing) -> None:
-        results[key] = result  # Commit each brick as it finishes.
-        store.put(key, settings, fingerprint, result)
+    def brick_done(name: str, key: str, result: Timing) -> None:
+        results[key] = result  # Committed to the store already.
         finished(name)
 
-    failed: dict[str, str] = {}
-
-    def fail(name: str, key: str, error: BaseException) -> None:
-        """Records a brick that cannot be built or timed; the rest go on."""
-        if isinstance(error, StoreError | ThreadPoolError):
-            raise error  # No brick's fault.
-        failed[key] = bench.failure_reason(error)
-        store.put_failure(key, settings, fingerprint, failed[key])
-        log(f"G={granularity} {name}: brick {key} failed: {failed[key]}")
+    def brick_failed(name: str, key: str, reason: str) -> None:
+        failed[key] = reason
+        log(f"G={granularity} {name}: brick {key} failed: {reason}")
         finished(name)
 
-    def time_looped(name, d, model_rounds: rounds.ModelSampler) -> int:
+    def to_time(d, model) -> list[brick_timing.BrickToTime]:
+        """The model's bricks not yet timed, each with its builder."""
         bricks = {}
         for brick in d.bricks:
-            if brick.signature not in results and brick.signature not in failed:
-                bricks.setdefault(brick.signature, brick)
-
-        def make_timer(key: str) -> timing.Timer:
-            built = bricks[key].build(settings.batch_size)
-            return timing.Timer(
-                built, settings, brick_options, check_settings=check_settings
-            )
-
-        summary = rounds.time_in_rounds(
-            bricks,
-            make_timer,
-            clock,
-            between=model_rounds,
-            on_result=functools.partial(commit, name),
-            on_failure=functools.partial(fail, name),
-        )
-        remeasured.extend(summary.remeasured)
-        return len(bricks)
-
-    def time_chained(name, d, model_rounds: rounds.ModelSampler, model) -> int:
-        # The bricks call the model's own layers: no weights to create.
-        fresh: dict[str, campaign.ChainedBrick] = {}
-        for brick in d.bricks:
-            if brick.signature not in results and brick.signature not in failed:
-                fresh.setdefault(
-                    brick.signature,
-                    campaign.ChainedBrick(
-                        brick.signature,
-                        functools.partial(
-                            brick.build, settings.batch_size, source=model
-                        ),
-                    ),
+            key = brick.signature
+            if key in results or key in failed or key in bricks:
+                continue
+            if ort:  # Converted once per signature, kept for later runs.
+                build = functools.partial(
+                    clock.run,
+                    CONVERSION,
+                    brick_timing.onnx_file,
+                    brick.build,
+                    onnx_folder,
+                    f"brick-{key}",
+                    settings.batch_size,
                 )
-        order = campaign.ordered(
-            list(fresh.values()), brick_options.chain_order, brick_options.seed
+            elif settings.protocol == "chain":
+                # The bricks call the model's own layers: no weights to
+                # create.
+                build = functools.partial(
+                    brick.build, settings.batch_size, source=model
+                )
+            else:
+                build = functools.partial(brick.build, settings.batch_size)
+            bricks[key] = brick_timing.BrickToTime(key, build)
+        return list(bricks.values())
+
+    def model_runnable(source, model):
+        """What the backend runs of the whole model."""
+        if not ort:
+            return model
+        return clock.run(
+            CONVERSION,
+            brick_timing.onnx_file,
+            lambda batch: model,
+            onnx_folder,
+            f"model-{_file_stem(source.name)}",
+            settings.batch_size,
+            reuse=False,  # A model file may change under the same name.
         )
-        summary = campaign.time_chains(
-            order,
-            settings,
-            brick_options,
-            weights=weights,
-            known=results,
-            between=model_rounds,
-            on_result=functools.partial(commit, name),
-            check_settings=check_settings,
-            on_failure=functools.partial(fail, name),
-        )
-        clock.add(rounds.SETUP, summary.setup_s)
-        clock.add(rounds.CAMPAIGN, summary.setup_s + summary.sampling_s)
-        return len(fresh)
 
     runs = []
     for source in sources:
@@ -276,8 +271,8 @@ def run_granularity(
         model = source.build(safe_mode)
         model_timer = clock.run(
             rounds.END_TO_END,
-            timing.Timer,
-            model,
+            brick_timing.model_timer,
+            model_runnable(source, model),
             settings,
             options,
             check_settings=check_settings,
@@ -286,12 +281,23 @@ def run_granularity(
         model_rounds = rounds.ModelSampler(
             model_timer, clock, functools.partial(finished, source.name)
         )
-        before = len(failed)
-        if settings.protocol == "chain":
-            tried = time_chained(source.name, d, model_rounds, model)
-        else:
-            tried = time_looped(source.name, d, model_rounds)
-        new_bricks = tried - (len(failed) - before)
+        bricks = to_time(d, model)
+        summary = brick_timing.time_bricks(
+            bricks,
+            settings,
+            fingerprint,
+            store,
+            brick_options,
+            weights=weights,
+            known=results,
+            between=model_rounds,
+            clock=clock,
+            check_settings=check_settings,
+            on_result=functools.partial(brick_done, source.name),
+            on_failure=functools.partial(brick_failed, source.name),
+        )
+        remeasured.extend(summary.remeasured)
+        new_bricks = len(summary.timed)
         measured[source.name] = model_rounds.finish()
         store.put_model(
             source.name, settings, fingerprint, measured[source.name]
@@ -341,6 +347,7 @@ def run_granularity(
             campaign_setup_s=clock[rounds.SETUP],
             bricks_timed=total - len(sources) - len(failed),
             end_to_end_wall_s=clock[rounds.END_TO_END],
+            **({"conversion_wall_s": clock[CONVERSION]} if ort else {}),
         ),
         decompositions,
         suite,
@@ -349,6 +356,11 @@ def run_granularity(
         tuple(remeasured),
         dict(failed),
     )
+
+
+def _file_stem(name: str) -> str:
+    """A file-name-safe form of a model name."""
+    return re.sub(r"[^A-Za-z0-9_.-]+", "_", name)
 
 
 def new_report(fingerprint, settings, brick_options=None) -> dict[str, Any]:
@@ -380,6 +392,7 @@ def run_job(
     progress: Progress | None = None,
     log: Callable[[str], None] | None = None,
     fuse: bool = False,
+    onnx_folder: str | os.PathLike | None = None,
 ) -> tuple[dict[str, Any], dict[int, GranularityResult]]:
     """Runs `run_granularity` for every G; returns the report and details.
 
@@ -393,8 +406,8 @@ def run_job(
         fingerprint: This machine's fingerprint (taken if None).
         report_path: Where to write report.json, rewritten after every G
             so a stopped run keeps what it did; None writes nothing.
-        reuse_stored, safe_mode, check_settings, progress, log, fuse: As
-            in `run_granularity`.
+        reuse_stored, safe_mode, check_settings, progress, log, fuse,
+            onnx_folder: As in `run_granularity`.
 
     Returns:
         (report, {G: GranularityResult}); the report as in report.json.
@@ -419,6 +432,7 @@ def run_job(
             fuse=fuse,
             progress=progress,
             log=log,
+            onnx_folder=onnx_folder,
         )
         details[g] = result
         report["runs"] += result.runs
@@ -443,36 +457,54 @@ def measure_models(
     safe_mode: bool = True,
     check_settings: bool = True,
     progress: Progress | None = None,
+    onnx_folder: str | os.PathLike | None = None,
 ) -> dict[str, Timing]:
     """Times every model end to end, one after another, into the store.
 
     A model with `input_shapes` is timed at them, and stored under its
-    name, which names them ("bert@128").
+    name, which names them ("bert@128"). On ONNX Runtime each model is
+    converted to `onnx_folder` first, and timed by the timer `run` uses
+    (`brick_timing.model_timer`).
 
     Returns:
         {model: timing}, in order.
     """
     import keras
 
-    from dlbricks_tf.measuring import timing
+    from dlbricks_tf.measuring import brick_timing, sampling
 
+    if settings.backend == "onnxruntime" and onnx_folder is None:
+        raise ValueError(
+            "ONNX Runtime times ONNX files: pass onnx_folder, where the "
+            "models' files are kept."
+        )
     measured = {}
     for i, source in enumerate(sources):
         keras.backend.clear_session()
         model = source.build(safe_mode)
-        measured[source.name] = timing.time_model(
-            model,
+        runnable = model
+        if settings.backend == "onnxruntime":
+            runnable = brick_timing.onnx_file(
+                lambda batch, m=model: m,
+                onnx_folder,
+                f"model-{_file_stem(source.name)}",
+                settings.batch_size,
+                reuse=False,
+            )
+        timer = brick_timing.model_timer(
+            runnable,
             settings,
             options,
             check_settings=check_settings,
             input_shapes=source.shapes,
         )
+        measured[source.name] = sampling.time_interleaved([timer])[0]
         store.put_model(
             source.name, settings, fingerprint, measured[source.name]
         )
         if progress is not None:
             progress(source.name, i + 1, len(sources))
-        del model
+        del model, runnable, timer
     return measured
 
 

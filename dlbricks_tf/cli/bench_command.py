@@ -11,8 +11,8 @@ stop it after the chain (or brick) in flight, whose results are kept.
 
 from __future__ import annotations
 
-import dataclasses
 import functools
+import os
 
 from absl import app, flags
 
@@ -30,7 +30,7 @@ SUITE_BRICKS = flags.DEFINE_enum(
     "suite_bricks",
     "saved_model",
     ["saved_model", "keras"],
-    "bench --suite on TF with chains: load each brick's SavedModel (checked "
+    "bench --suite on TF: load each brick's SavedModel (checked "
     "op by op, needs none of the author's code) or rebuild it from its "
     ".keras file (Keras safe mode; a custom layer needs --import).",
 )
@@ -94,21 +94,20 @@ def bench(sources, gs, safe_mode) -> None:
             )
         _bench_suite_dir(shared_flags.SUITE.value)
         return
-    if shared_flags.BACKEND.value != "tf":
-        raise app.UsageError(
-            "--backend=onnxruntime times an exported suite: export it with "
-            "`dlbricks export`, then `dlbricks bench --suite=DIR "
-            "--backend=onnxruntime`."
-        )
     if PROBES.value:
         # The probes alone, or beside the models named.
         given = list(sources) if shared_flags.MODELS.value else []
         sources = given + probes.sources(PROBE_COUNT.value)
-    _, db, _ = outputs.paths()
+    out, db, _ = outputs.paths()
     shard = _shard()
-    settings = startup.start_tensorflow()
-    _, brick_options = timing_flags.options()
+    settings = startup.start_backend()
+    _, brick_options = timing_flags.options(settings)
     fp = system_fingerprint()
+    build = None
+    if settings.backend == "onnxruntime":
+        build = functools.partial(
+            _onnx_brick, os.path.join(out, "onnx"), settings.batch_size
+        )
     # SIGINT/SIGTERM: finish and commit the chain (or brick) in flight,
     # then stop.
     failed = []
@@ -125,9 +124,26 @@ def bench(sources, gs, safe_mode) -> None:
                 s, whole = s.shard(shard.index, shard.count), s
                 part = f"{len(s)} of the {len(whole)} unique bricks"
             failed += _time_suite(
-                f"G={g}", part, s, store, settings, fp, brick_options, stop
+                f"G={g}",
+                part,
+                s,
+                store,
+                settings,
+                fp,
+                brick_options,
+                stop,
+                build=build,
             )
     fail_if_any_failed(failed)
+
+
+def _onnx_brick(folder: str, batch_size: int, entry):
+    """A suite entry's brick as an ONNX file, converted once per signature."""
+    from dlbricks_tf.measuring import brick_timing
+
+    return brick_timing.onnx_file(
+        entry.brick.build, folder, f"brick-{entry.signature}", batch_size
+    )
 
 
 def _bench_suite_dir(folder: str) -> None:
@@ -139,17 +155,8 @@ def _bench_suite_dir(folder: str) -> None:
     _, db, _ = outputs.paths()
     suite = suite_dir.load_suite(folder)  # Checks every file's hash.
     shard = _shard()
-    backend = shared_flags.BACKEND.value
-    settings = dataclasses.replace(
-        startup.start_tensorflow(),
-        backend=backend,
-        protocol=timing_flags.protocol(backend),
-    )
-    if settings.backend == "onnxruntime":
-        from dlbricks_tf.measuring import ort_timing
-
-        ort_timing.require_onnxruntime()  # One line if ONNX Runtime is missing.
-    _, brick_options = timing_flags.options()
+    settings = startup.start_backend()
+    _, brick_options = timing_flags.options(settings)
     fp = system_fingerprint()
     part = f"{len(suite)} bricks"
     if shard.count > 1:
@@ -166,21 +173,12 @@ def _bench_suite_dir(folder: str) -> None:
             + (" (recorded as failed, not run)" if refused else ""),
             flush=True,
         )
-    measure = build = None
-    if settings.protocol == "chain":
-        build = suite_bench.builder(
-            settings,
-            SUITE_BRICKS.value,
-            suite_folder=suite.folder,
-            unsafe=unsafe,
-        )
-    else:
-        measure = suite_bench.measurer(
-            settings,
-            brick_options,
-            suite_folder=suite.folder,
-            unsafe=unsafe,
-        )
+    build = suite_bench.builder(
+        settings,
+        SUITE_BRICKS.value,
+        suite_folder=suite.folder,
+        unsafe=unsafe,
+    )
     with outputs.open_store(db) as store, bench_lib.StopSignals() as stop:
         failed = _time_suite(
             label,
@@ -191,14 +189,13 @@ def _bench_suite_dir(folder: str) -> None:
             fp,
             brick_options,
             stop,
-            measure=measure,
             build=build,
         )
     fail_if_any_failed(failed)
 
 
 def _time_suite(
-    label, part, s, store, settings, fp, options, stop, measure=None, build=None
+    label, part, s, store, settings, fp, options, stop, build=None
 ) -> tuple[tuple[str, str], ...]:
     """Times what the store lacks of suite `s`; returns the failed bricks."""
     from dlbricks_tf import bench as bench_lib
@@ -221,7 +218,6 @@ def _time_suite(
         options,
         on_result=on_result,
         stop=stop,
-        measure=measure,
         build=build,
         on_failure=on_failure,
     )
@@ -234,8 +230,7 @@ def _time_suite(
         flush=True,
     )
     if summary.stopped:
-        chained = settings.protocol == "chain" and measure is None
-        unit = "chain" if chained else "brick"
+        unit = "chain" if settings.protocol == "chain" else "brick"
         raise exits.Fail(
             f"Stopped by {stop.name} after the {unit} in flight: "
             f"{len(summary.timed)} brick(s) timed and stored at {label}, "

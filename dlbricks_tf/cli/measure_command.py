@@ -1,6 +1,12 @@
-"""`dlbricks measure`: the end-to-end latency of each model, into --db."""
+"""`dlbricks measure`: the end-to-end latency of each model, into --db.
+
+On --backend=onnxruntime each model is converted to ONNX under --out/onnx
+first, and timed as `run` times it there.
+"""
 
 from __future__ import annotations
+
+import os
 
 from dlbricks_tf.cli import outputs, progress, startup, timing_flags
 
@@ -11,9 +17,9 @@ def measure(sources, gs, safe_mode) -> None:
     from dlbricks_tf import job
     from dlbricks_tf.fingerprint import system_fingerprint
 
-    _, db, _ = outputs.paths()
-    settings = startup.start_tensorflow()
-    options, _ = timing_flags.options()
+    out, db, _ = outputs.paths()
+    settings = startup.start_backend()
+    options, _ = timing_flags.options(settings)
     with outputs.open_store(db) as store:
         measured = job.measure_models(
             sources,
@@ -23,6 +29,7 @@ def measure(sources, gs, safe_mode) -> None:
             options,
             safe_mode=safe_mode,
             progress=progress.Progress(),
+            onnx_folder=os.path.join(out, "onnx"),
         )
     print("| model | median ms | min ms | 95% CI ms | samples | noisy |")
     print("|---|---:|---:|---|---:|---|")

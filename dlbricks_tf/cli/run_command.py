@@ -41,13 +41,13 @@ def run(sources, gs, safe_mode) -> None:
 
     out, db, logdir = outputs.paths()
     outputs.make_dirs(out, logdir)
-    settings = startup.start_tensorflow()
-    options, brick_options = timing_flags.options()
+    settings = startup.start_backend()
+    options, brick_options = timing_flags.options(settings)
     names = ", ".join(s.name for s in sources)
     print(
         f"dlbricks run: {names} at G={','.join(map(str, gs))}, batch "
         f"{settings.batch_size}, threads {settings.intra_op_threads}x"
-        f"{settings.inter_op_threads}; store {db}",
+        f"{settings.inter_op_threads} on {settings.backend}; store {db}",
         flush=True,
     )
     start = time.perf_counter()
@@ -67,6 +67,7 @@ def run(sources, gs, safe_mode) -> None:
             progress=bar,
             log=bar.log,
             fuse=shared_flags.FUSE.value,
+            onnx_folder=os.path.join(out, "onnx"),
         )
     board.write_board(logdir, rep, details, graphs=GRAPHS.value)
     print()

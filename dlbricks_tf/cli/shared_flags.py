@@ -97,8 +97,11 @@ BACKEND = flags.DEFINE_enum(
     "backend",
     "tf",
     ["tf", "onnxruntime"],
-    "Backend: bench --suite times the suite's SavedModels (tf) or ONNX "
-    "files (onnxruntime); estimate uses the results timed with it.",
+    "Backend that times: TensorFlow (tf) or ONNX Runtime (onnxruntime, "
+    "each brick and model converted to ONNX under --out/onnx, bricks once "
+    "per signature); run, measure and bench time on it (bench --suite runs "
+    "the suite's SavedModels or ONNX files), estimate and report read the "
+    "results timed with it.",
 )
 
 

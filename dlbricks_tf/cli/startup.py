@@ -73,3 +73,24 @@ def start_tensorflow():
     if hidden:
         tf.get_logger().setLevel("ERROR")
     return settings
+
+
+def start_backend():
+    """`start_tensorflow`, then the settings of --backend.
+
+    TensorFlow's pools are fixed either way (bricks are cut and converted
+    with it); on ONNX Runtime the settings' threads size its sessions, and
+    each brick is timed alone ("loop"). ONNX Runtime missing is one line.
+    """
+    import dataclasses
+
+    settings = start_tensorflow()
+    backend = shared_flags.BACKEND.value
+    if backend == settings.backend:
+        return settings
+    from dlbricks_tf.measuring import ort_timing
+
+    ort_timing.require_onnxruntime()
+    return dataclasses.replace(
+        settings, backend=backend, protocol=timing_flags.protocol(backend)
+    )

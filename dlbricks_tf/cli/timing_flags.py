@@ -101,12 +101,17 @@ def protocol(backend: str) -> str | None:
     return PROTOCOL.value if backend == "tf" else None
 
 
-def options():
-    """(options of whole models, options of bricks) from the flags."""
+def options(settings=None):
+    """(options of whole models, options of bricks) from the flags.
+
+    Args:
+        settings: The `RunSettings` timed: their protocol (ONNX Runtime
+            times each brick alone) picks the bricks' caps; None: --protocol.
+    """
     from dlbricks_tf.measuring import sampling
 
     return sampling.model_and_brick_options(
-        PROTOCOL.value,
+        settings.protocol if settings is not None else PROTOCOL.value,
         precision=PRECISION.value,
         min_samples=MIN_SAMPLES.value,
         max_samples=MAX_SAMPLES.value,

@@ -2,8 +2,9 @@
 
 A suite folder (`dlbricks export`, read by `dlbricks_tf.portable.suite_dir`)
 holds each unique brick as a SavedModel and an ONNX file, with its input specs
-and id bounds. `measurer(settings, options)` returns the function that
-times one of its bricks on the backend of `settings`:
+and id bounds. `builder(settings)` returns what the backend of `settings`
+runs of one of its bricks, for the one timing path of every command
+(`dlbricks_tf.measuring.brick_timing`):
 
 - `tf`: the SavedModel, wrapped in a `keras.Model` (`TFSMLayer`), timed by
   the same in-graph protocol as bricks cut in memory
@@ -11,15 +12,16 @@ times one of its bricks on the backend of `settings`:
 - `onnxruntime`: the ONNX file in ONNX Runtime sessions with the settings'
   thread pools (`dlbricks_tf.measuring.ort_timing`).
 
-`bench.time_suite(suite_dir, ..., measure=measurer(settings, options))`
-then times what the store lacks, committing each result, keyed by
-signature, settings (backend included) and machine fingerprint.
+`bench.time_suite(suite_dir, ..., build=builder(settings))` then times
+what the store lacks, committing each result, keyed by signature,
+settings (backend included) and machine fingerprint; `measurer` times
+one brick alone.
 
 Example:
     suite = suite_dir.load_suite("suite").shard(0, 3)
     with Store("shard0.sqlite") as store:
-        bench.time_suite(suite, store, settings, fp,
-                         measure=measurer(settings, options))
+        bench.time_suite(suite, store, settings, fp, options,
+                         build=builder(settings))
 """
 
 from __future__ import annotations
@@ -29,14 +31,14 @@ from collections.abc import Callable
 from typing import Any
 
 from dlbricks_tf import settings as settings_lib
-from dlbricks_tf.measuring import memory, timing
+from dlbricks_tf.measuring import brick_timing, memory, sampling
 from dlbricks_tf.portable import suite_check, suite_dir
 from dlbricks_tf.stats import Timing
 
 
 def measurer(
     settings: settings_lib.RunSettings,
-    options: timing.TimingOptions | None = None,
+    options: sampling.TimingOptions | None = None,
     *,
     check_settings: bool = True,
     suite_folder: str | None = None,
@@ -44,11 +46,10 @@ def measurer(
 ) -> Callable[[suite_dir.SuiteDirEntry], Timing]:
     """Returns a function timing one suite brick on `settings.backend`.
 
-    Before a brick is loaded, its files are checked as data
-    (`dlbricks_tf.portable.suite_check`): a brick whose SavedModel holds an op
-    Keras bricks do not export to, whose ONNX file uses another operator
-    domain or external data outside its folder, or whose files link out
-    of the suite folder is refused and never runs.
+    The brick is loaded by `builder` (checked first unless `unsafe`) and
+    timed alone by the timer of its backend
+    (`dlbricks_tf.measuring.brick_timing.model_timer`), as `bench --suite`
+    times it under the loop protocol.
 
     Args:
         settings: Run settings in force in this process; `backend` picks
@@ -67,54 +68,19 @@ def measurer(
             no ONNX file for it, or ONNX Runtime missing).
         RefusedBrickError: When called, if the brick fails a check.
     """
+    build = builder(settings, suite_folder=suite_folder, unsafe=unsafe)
 
-    def check(entry: suite_dir.SuiteDirEntry) -> None:
-        if not unsafe:
-            root = suite_folder or os.path.dirname(entry.saved_model)
-            suite_check.require(entry, root, settings.backend)
-
-    if settings.backend == "onnxruntime":
-
-        def measure(entry: suite_dir.SuiteDirEntry) -> Timing:
-            from dlbricks_tf.measuring import ort_timing
-
-            check(entry)
-            if entry.onnx is None:
-                why = entry.onnx_error or "tf2onnx could not convert it"
-                raise timing.MeasurementError(
-                    f"Brick {entry.signature} has no ONNX file in its suite "
-                    f"({why}); time it with --backend=tf."
-                )
-            # Refused in one line before a session allocates anything.
-            memory.check_specs(
-                f"Brick {entry.signature}",
-                settings.batch_size,
-                os.path.getsize(entry.onnx),
-                [(i.shape, i.dtype) for i in entry.inputs],
-                [(o.shape, o.dtype) for o in entry.outputs],
-            )
-            return ort_timing.time_onnx(
-                entry.onnx,
-                settings,
-                options,
-                input_specs=[(i.shape[1:], i.dtype) for i in entry.inputs],
-                id_bounds=entry.id_bounds,
-            )
-
-        return measure
-
-    def measure_tf(entry: suite_dir.SuiteDirEntry) -> Timing:
-        check(entry)
-        model = suite_dir.load_saved_model(entry, settings.batch_size)
-        return timing.time_model(
-            model,
+    def measure(entry: suite_dir.SuiteDirEntry) -> Timing:
+        timer = brick_timing.model_timer(
+            build(entry),
             settings,
             options,
             check_settings=check_settings,
             id_bounds=entry.id_bounds,
         )
+        return sampling.time_interleaved([timer])[0]
 
-    return measure_tf
+    return measure
 
 
 def builder(
@@ -124,20 +90,28 @@ def builder(
     suite_folder: str | None = None,
     unsafe: bool = False,
 ) -> Callable[[suite_dir.SuiteDirEntry], Any]:
-    """Returns entry -> runnable `keras.Model`, for chains on TF.
+    """Returns entry -> what the backend of `settings` runs of it.
 
-    Every brick is checked first, as by `measurer`, unless `unsafe`.
+    Before a brick is loaded, its files are checked as data
+    (`dlbricks_tf.portable.suite_check`): a brick whose SavedModel holds an
+    op Keras bricks do not export to, whose ONNX file uses another operator
+    domain or external data outside its folder, or whose files link out of
+    the suite folder is refused and never runs.
 
     Args:
-        settings: Run settings (their batch size).
-        source: "saved_model": the brick's SavedModel in a
-            `keras.layers.TFSMLayer`, as `measurer` times it (needs no
-            code of the suite's author: a custom layer is in the graph);
-            "keras": the brick rebuilt from its `.keras` file (fresh layers
-            from their configs in Keras's safe mode; a custom layer needs
-            its module imported, `--import`).
+        settings: Run settings (their backend and batch size).
+        source: On TF, "saved_model": the brick's SavedModel in a
+            `keras.layers.TFSMLayer` (needs no code of the suite's author:
+            a custom layer is in the graph); "keras": the brick rebuilt
+            from its `.keras` file (fresh layers from their configs in
+            Keras's safe mode; a custom layer needs its module imported,
+            `--import`). ONNX Runtime always runs the ONNX file.
         suite_folder: The suite folder no brick file may link out of.
         unsafe: Skip the checks: only for a suite the user trusts.
+
+    Returns:
+        build(entry): a runnable `keras.Model` on TF, a
+        `brick_timing.OnnxFile` on ONNX Runtime.
 
     Raises:
         ValueError: For an unknown `source`.
@@ -148,12 +122,42 @@ def builder(
             f"Received: source={source!r}"
         )
 
-    def build(entry: suite_dir.SuiteDirEntry) -> Any:
+    def check(entry: suite_dir.SuiteDirEntry) -> None:
         if not unsafe:
             root = suite_folder or os.path.dirname(entry.saved_model)
             suite_check.require(entry, root, settings.backend)
+
+    def build(entry: suite_dir.SuiteDirEntry) -> Any:
+        check(entry)
+        if settings.backend == "onnxruntime":
+            return _onnx_file(entry, settings)
         if source == "keras":
             return suite_dir.load_keras_brick(entry, settings.batch_size)
         return suite_dir.load_saved_model(entry, settings.batch_size)
 
     return build
+
+
+def _onnx_file(
+    entry: suite_dir.SuiteDirEntry, settings: settings_lib.RunSettings
+) -> brick_timing.OnnxFile:
+    """The ONNX file of a suite brick, checked to fit in memory."""
+    if entry.onnx is None:
+        why = entry.onnx_error or "tf2onnx could not convert it"
+        raise sampling.MeasurementError(
+            f"Brick {entry.signature} has no ONNX file in its suite "
+            f"({why}); time it with --backend=tf."
+        )
+    # Refused in one line before a session allocates anything.
+    memory.check_specs(
+        f"Brick {entry.signature}",
+        settings.batch_size,
+        os.path.getsize(entry.onnx),
+        [(i.shape, i.dtype) for i in entry.inputs],
+        [(o.shape, o.dtype) for o in entry.outputs],
+    )
+    return brick_timing.OnnxFile(
+        entry.onnx,
+        tuple(entry.id_bounds) if entry.id_bounds is not None else None,
+        tuple((tuple(i.shape[1:]), i.dtype) for i in entry.inputs),
+    )
