@@ -39,6 +39,7 @@ from __future__ import annotations
 import csv
 import dataclasses
 import json
+import math
 import os
 import random
 import sqlite3
@@ -110,6 +111,12 @@ CREATE TABLE IF NOT EXISTS brick_failures (
     reason TEXT NOT NULL,
     created TEXT NOT NULL DEFAULT (strftime('%Y-%m-%dT%H:%M:%fZ', 'now')),
     UNIQUE (signature, settings_key, fingerprint_id));
+CREATE TABLE IF NOT EXISTS reference_states (
+    settings_key TEXT NOT NULL REFERENCES settings(key),
+    fingerprint_id TEXT NOT NULL REFERENCES fingerprints(id),
+    state_ms REAL NOT NULL,
+    created TEXT NOT NULL DEFAULT (strftime('%Y-%m-%dT%H:%M:%fZ', 'now')),
+    UNIQUE (settings_key, fingerprint_id));
 CREATE TABLE IF NOT EXISTS predictors (
     settings_key TEXT NOT NULL REFERENCES settings(key),
     fingerprint_id TEXT NOT NULL REFERENCES fingerprints(id),
@@ -531,6 +538,50 @@ class Store:
             )
 
         self._write(insert)
+
+    def reference_state(
+        self, settings: RunSettings, fp: SystemFingerprint
+    ) -> float | None:
+        """The reference state of this machine and settings, ms, or None.
+
+        See `dlbricks_tf.measuring.reference`: timings scaled by the
+        reference are milliseconds at this state.
+        """
+        rows = self._read(
+            "SELECT state_ms FROM reference_states"
+            " WHERE settings_key = ? AND fingerprint_id = ?",
+            (settings.key(), fp.id),
+        )
+        return float(rows[0][0]) if rows else None
+
+    def put_reference_state(
+        self, settings: RunSettings, fp: SystemFingerprint, state_ms: float
+    ) -> float:
+        """Keeps the first reference state of this machine and settings.
+
+        A state already stored is kept (every timing scaled to it must
+        stay comparable); returns the one in force.
+
+        Raises:
+            StoreError: If the state is not finite and positive, or the
+                file cannot be written.
+        """
+        if not (math.isfinite(state_ms) and state_ms > 0):
+            raise StoreError(
+                f"A reference state must be finite and positive. Received: "
+                f"state_ms={state_ms!r}"
+            )
+
+        def insert(db: sqlite3.Connection) -> None:
+            self._register(db, settings, fp)
+            db.execute(
+                "INSERT OR IGNORE INTO reference_states (settings_key,"
+                " fingerprint_id, state_ms) VALUES (?, ?, ?)",
+                (settings.key(), fp.id, float(state_ms)),
+            )
+
+        self._write(insert)
+        return self.reference_state(settings, fp)
 
     def failures(
         self, settings: RunSettings, fp: SystemFingerprint

@@ -123,6 +123,7 @@ def time_chains(
     stop: Callable[[], bool] | None = None,
     check_settings: bool = True,
     on_failure: Callable[[str, BaseException], None] | None = None,
+    scale=None,
 ) -> CampaignSummary:
     """Times bricks in chains; hands each result to `on_result`.
 
@@ -144,6 +145,8 @@ def time_chains(
         on_failure: Called with (key, error) for a brick that cannot be
             built or timed; the others are timed. A chain that fails is
             halved until the brick at fault is alone. None: errors raise.
+        scale: A `reference.ReferenceScale` every chain pass is scaled
+            by (its readings count as sampling), or None.
 
     Returns:
         What was timed (and what failed).
@@ -197,6 +200,7 @@ def time_chains(
                 b.key: b.id_bounds for b, _ in chain_bricks if b.id_bounds
             },
             repeats=[repeats(b.key) for b, _ in chain_bricks],
+            scale=scale,
         )
         clock["setup"] += time.perf_counter() - start
         clock["chains"] += 1

@@ -86,6 +86,8 @@ class ChainTimer:
             the chain; each gives a sample. A brick that a model calls many
             times weighs that many times in its estimate: more samples of
             it per pass make the estimate precise in fewer passes.
+        scale: A `reference.ReferenceScale` that every pass is scaled by,
+            or None.
 
     Raises:
         MeasurementError: If a brick has open input shapes, the keys repeat
@@ -104,7 +106,9 @@ class ChainTimer:
         id_bounds: Mapping[str, Sequence[int | None]] | None = None,
         feed: bool = True,
         repeats: Sequence[int] | None = None,
+        scale=None,
     ) -> None:
+        self.scale = scale
         if not bricks:
             raise MeasurementError("A chain needs at least one brick.")
         keys = [key for key, _ in bricks]
@@ -238,11 +242,17 @@ class ChainTimer:
         self._prepare_s = time.perf_counter() - start
 
     def sample(self) -> None:
-        """Takes one sample of every link (`iterations` passes)."""
+        """Takes one sample of every link (`iterations` passes).
+
+        With a `scale`, the reference is read right before the passes and
+        every link is scaled to the machine's reference state
+        (`dlbricks_tf.measuring.reference`).
+        """
         if not self._n:
             self._prepare()
-        start = time.perf_counter()
-        per_call = self._call(self._n)
+        start = time.perf_counter()  # The reading counts as sampling.
+        factor = self.scale.factor() if self.scale is not None else 1.0
+        per_call = self._call(self._n) * factor
         self._sampling_s += time.perf_counter() - start
         for owner, value in zip(self._layout, per_call.tolist(), strict=True):
             if owner is None:

@@ -180,6 +180,9 @@ class AdaptiveSampling:
     """
 
     options: TimingOptions
+    # A `reference.ReferenceScale`, or None: each batch is scaled to the
+    # machine's reference state, read right before it.
+    scale = None
     _samples: list[float]
     _sampling_s: float
     _prepare_s: float
@@ -265,7 +268,9 @@ class AdaptiveSampling:
         """Takes one batch of samples; returns them, ms per call.
 
         The batch has S samples, fewer if `max_samples` is closer; the
-        first call prepares the timer first.
+        first call prepares the timer first. With a `scale`, the reference
+        is read right before the batch and the batch is scaled to the
+        machine's reference state (`dlbricks_tf.measuring.reference`).
         """
         if not self._n:
             start = time.perf_counter()
@@ -274,9 +279,12 @@ class AdaptiveSampling:
             finally:
                 self._prepare_s = time.perf_counter() - start
         count = self._batch_count()
+        factor = self.scale.factor() if self.scale is not None else 1.0
         start = time.perf_counter()
         batch = self._take(count)
         self._sampling_s += time.perf_counter() - start
+        if factor != 1.0:
+            batch = [v * factor for v in batch]
         self._samples += batch
         return batch
 

@@ -1,0 +1,186 @@
+"""A fixed reference workload, timed beside every sample: the machine's state.
+
+On a shared VM the same brick or model runs 1.1-3x slower for seconds or
+minutes at a time (hypervisor steal, a neighbour's memory traffic), and
+nothing inside one timer can tell that slowdown from the brick's own cost.
+`Reference` is a workload that never changes, compute-bound (a chain of
+square matmuls) and memory-bound (a reduction over a buffer several times
+the L2 cache), run on TensorFlow's thread pools like the bricks. It is read
+right before every batch of samples (a chain pass, a whole model's batch,
+an ONNX Runtime batch): adjacent in time, not concurrent, since two vCPUs
+have no core to spare.
+
+`ReferenceScale` turns those readings into a factor: each batch of samples
+is multiplied by `state_ms / r`, where r is the median of the last
+`WINDOW` readings and `state_ms` the machine's reference state, the median
+reading of the first calibration on this machine and these settings, kept
+in the store (`Store.reference_state`). A slowdown that hits a sample and
+its reference alike leaves the scaled sample where it was; a run with a
+steady reference is scaled by about 1. Scaled timings are milliseconds
+"at the reference state": on a quiet machine, what a user measures.
+
+Example:
+    scale = ReferenceScale.for_store(Reference(), store, settings, fp)
+    timer.scale = scale
+    ...
+    scale.summary()  # {"reference_state_ms", "reference_median_ms", ...}
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from dlbricks_tf import stats
+
+# Readings whose median scales a batch: adjacent in time, and steadier
+# than one reading.
+WINDOW = 3
+# Readings of a first calibration.
+CALIBRATION_READINGS = 15
+
+
+class Reference:
+    """The reference workload on TensorFlow: one reading is a few ms.
+
+    Args:
+        size: Side of the square matrices of the compute part.
+        matmuls: Chained matmuls per reading.
+        memory_mib: Size of the buffer the memory part reduces.
+        seed: Seed of the fixed inputs.
+    """
+
+    def __init__(
+        self,
+        size: int = 192,
+        matmuls: int = 4,
+        memory_mib: int = 8,
+        seed: int = 0,
+    ) -> None:
+        import tensorflow as tf
+
+        self._a = tf.random.stateless_normal((size, size), (seed, 1)) / size
+        floats = memory_mib * 2**20 // 4
+        self._buffer = tf.random.stateless_normal((floats,), (seed, 2))
+
+        @tf.function(
+            input_signature=[
+                tf.TensorSpec(self._a.shape, tf.float32),
+                tf.TensorSpec(self._buffer.shape, tf.float32),
+            ]
+        )
+        def read(a, buffer):
+            start = tf.timestamp()
+            with tf.control_dependencies([start]):
+                x = tf.identity(a)
+            for _ in range(matmuls):
+                x = tf.linalg.matmul(x, a)
+            with tf.control_dependencies([x]):
+                middle = tf.timestamp()
+            with tf.control_dependencies([middle]):
+                total = tf.reduce_sum(buffer * x[0, 0])
+            with tf.control_dependencies([total]):
+                end = tf.timestamp()
+            return (middle - start) * 1e3, (end - middle) * 1e3
+
+        self._read = read.get_concrete_function()
+        self.seconds = 0.0  # Wall-clock spent reading.
+        self.read()  # Traced and warmed up.
+        self.seconds = 0.0
+
+    def read(self) -> float:
+        """One reading, ms: the compute part plus the memory part."""
+        start = time.perf_counter()
+        compute, memory = self._read(self._a, self._buffer)
+        value = float(compute.numpy()) + float(memory.numpy())
+        self.seconds += time.perf_counter() - start
+        return value
+
+
+class ReferenceScale:
+    """Scales batches of samples to the machine's reference state.
+
+    Args:
+        read: Returns one reference reading, ms (`Reference.read`).
+        state_ms: The reference state: the reading a sample is scaled to.
+        window: Readings whose median scales a batch.
+    """
+
+    def __init__(
+        self,
+        read: Callable[[], float],
+        state_ms: float,
+        window: int = WINDOW,
+    ) -> None:
+        if not state_ms > 0:
+            raise ValueError(
+                f"state_ms must be positive. Received: state_ms={state_ms!r}"
+            )
+        self._read = read
+        self.state_ms = float(state_ms)
+        self._window = max(1, int(window))
+        self.readings: list[float] = []
+
+    @classmethod
+    def calibrate(
+        cls, read: Callable[[], float], readings: int = CALIBRATION_READINGS
+    ) -> float:
+        """The median of `readings` readings: a first reference state."""
+        return stats.median([read() for _ in range(max(1, readings))])
+
+    @classmethod
+    def for_store(
+        cls, reference: Reference, store: Any, settings: Any, fingerprint: Any
+    ) -> ReferenceScale:
+        """The scale of this machine and settings, calibrated once.
+
+        The reference state is read from the store; a store without one
+        for these settings and machine is given this calibration's.
+        """
+        state = store.reference_state(settings, fingerprint)
+        if state is None:
+            state = cls.calibrate(reference.read)
+            store.put_reference_state(settings, fingerprint, state)
+        return cls(reference.read, state)
+
+    def factor(self) -> float:
+        """Reads the reference once; returns state / recent readings."""
+        value = self._read()
+        self.readings.append(value)
+        recent = self.readings[-self._window :]
+        current = stats.median(recent)
+        return self.state_ms / current if current > 0 else 1.0
+
+    def scaled(self, values: Sequence[float], factor: float) -> list[float]:
+        """`values` times `factor`."""
+        return [v * factor for v in values]
+
+    def summary(self) -> dict[str, float | int | None]:
+        """The state and the spread of this run's readings.
+
+        Returns:
+            reference_state_ms, reference_median_ms, reference_readings,
+            and reference_spread: the half-distance between the 10th and
+            90th percentiles of the readings over their median (how far
+            the machine moved during the run), or None without readings.
+        """
+        if not self.readings:
+            return {
+                "reference_state_ms": self.state_ms,
+                "reference_median_ms": None,
+                "reference_readings": 0,
+                "reference_spread": None,
+            }
+        ordered = sorted(self.readings)
+        median = stats.median(ordered)
+
+        def quantile(q: float) -> float:
+            return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
+
+        return {
+            "reference_state_ms": self.state_ms,
+            "reference_median_ms": median,
+            "reference_readings": len(ordered),
+            "reference_spread": (quantile(0.9) - quantile(0.1)) / 2 / median,
+        }
