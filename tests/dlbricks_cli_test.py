@@ -356,7 +356,7 @@ def test_report_notes_results_stored_before_the_onednn_rule(tmp_path):
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.splitlines()[-1] == (
         f"Note: 1 result (fingerprint {old.id}) predates the oneDNN rule: "
-        "their oneDNN label may be the old x86 default, not what TensorFlow "
+        "its oneDNN label may be the old x86 default, not what TensorFlow "
         "did."
     )
 

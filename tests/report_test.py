@@ -197,7 +197,17 @@ def test_onednn_note_names_results_of_old_fingerprints():
     )
     assert "\n" not in note
     single = report.format_onednn_note([(old, 1)])
-    assert single.startswith(f"Note: 1 result (fingerprint {old.id}) predates")
+    assert single.startswith(
+        f"Note: 1 result (fingerprint {old.id}) predates the oneDNN rule: its "
+    )
+    many = [
+        (SystemFingerprint.from_dict({**_MACHINE, "physical_cores": n}), 1)
+        for n in range(1, 6)
+    ]
+    ids = ", ".join(fp.id for fp, _ in many[:3])
+    assert report.format_onednn_note(many).startswith(
+        f"Note: 5 results (fingerprints {ids} and 2 more) predate"
+    )
 
 
 def test_onednn_note_is_empty_without_old_results():

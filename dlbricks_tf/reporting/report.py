@@ -146,8 +146,8 @@ def format_onednn_note(fingerprints: Sequence[tuple[Any, int]]) -> str:
         f"Note: {results} result{'s' * (results != 1)} (fingerprint"
         f"{'s' * (len(old) != 1)} {ids}) "
         f"{'predates' if results == 1 else 'predate'} the oneDNN rule: "
-        "their oneDNN label may be the old x86 default, not what TensorFlow "
-        "did."
+        f"{'its' if results == 1 else 'their'} oneDNN label may be the old "
+        "x86 default, not what TensorFlow did."
     )
 
 
