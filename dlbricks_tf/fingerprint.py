@@ -24,6 +24,8 @@ from typing import Any
 from dlbricks_tf import settings as settings_lib
 
 _ID_LENGTH = 12
+# How `SystemFingerprint.onednn` is found today (see its docstring).
+ONEDNN_RULE = "tf"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -41,6 +43,14 @@ class SystemFingerprint:
         keras: Keras version, "" if not installed.
         onnxruntime: ONNX Runtime version, "" if not installed.
         onednn: Whether TensorFlow's oneDNN optimisations are on.
+        onednn_rule: How `onednn` was found: "tf" for TensorFlow's own rule
+            (`settings.onednn_in_effect`: its CPU features and
+            `TF_ENABLE_ONEDNN_OPTS`, checked against TensorFlow's answer).
+            None for a fingerprint written before the rule was recorded:
+            its label followed the old "on for every x86 CPU" default and
+            may not be what TensorFlow did. None is left out of the JSON,
+            so such a fingerprint keeps its id, and a new one (always
+            "tf") never takes an old one's id.
     """
 
     cpu_model: str
@@ -53,6 +63,7 @@ class SystemFingerprint:
     keras: str
     onnxruntime: str
     onednn: bool
+    onednn_rule: str | None = ONEDNN_RULE
 
     @property
     def id(self) -> str:
@@ -60,9 +71,20 @@ class SystemFingerprint:
         digest = hashlib.sha256(self.to_json().encode("utf-8")).hexdigest()
         return digest[:_ID_LENGTH]
 
+    @property
+    def legacy_onednn(self) -> bool:
+        """Whether `onednn` predates the rule (may be the x86 default)."""
+        return self.onednn_rule is None
+
     def to_dict(self) -> dict[str, Any]:
-        """Returns the fields as a JSON-serialisable dict."""
-        return dataclasses.asdict(self)
+        """Returns the fields as a JSON-serialisable dict.
+
+        A fingerprint written before `onednn_rule` existed has no such key.
+        """
+        values = dataclasses.asdict(self)
+        if values["onednn_rule"] is None:
+            del values["onednn_rule"]
+        return values
 
     def to_json(self) -> str:
         """Returns canonical JSON (sorted keys, no spaces) of the fields."""
@@ -70,8 +92,14 @@ class SystemFingerprint:
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> SystemFingerprint:
-        """Builds a fingerprint from `to_dict` output."""
-        return cls(**dict(data))
+        """Builds a fingerprint from `to_dict` output.
+
+        A dict without `onednn_rule` (stored before it existed) reads back
+        with None, under the id it was stored with.
+        """
+        values = dict(data)
+        values.setdefault("onednn_rule", None)
+        return cls(**values)
 
 
 def cpu_model(cpuinfo_path: str = "/proc/cpuinfo") -> str:
@@ -96,7 +124,12 @@ def _version(distribution: str) -> str:
 
 
 def system_fingerprint() -> SystemFingerprint:
-    """Returns the fingerprint of this machine and process environment."""
+    """Returns the fingerprint of this machine and process environment.
+
+    Raises:
+        OneDnnError: If TensorFlow is imported and its oneDNN decision is
+            not the predicted one (`settings.onednn_in_effect`).
+    """
     tensorflow = _version("tensorflow") or _version("tensorflow-cpu")
     return SystemFingerprint(
         cpu_model=cpu_model(),
@@ -108,5 +141,6 @@ def system_fingerprint() -> SystemFingerprint:
         tensorflow=tensorflow,
         keras=_version("keras"),
         onnxruntime=_version("onnxruntime"),
-        onednn=settings_lib.onednn_enabled(),
+        onednn=settings_lib.onednn_in_effect(),
+        onednn_rule=ONEDNN_RULE,
     )

@@ -16,6 +16,7 @@ import dataclasses
 import json
 import os
 import platform
+import sys
 from collections.abc import Mapping
 from typing import Any
 
@@ -132,14 +133,14 @@ class RunSettings:
     ) -> RunSettings:
         """Returns this machine's defaults: intra = physical cores, inter = 1.
 
-        The oneDNN flag is read from the environment (`onednn_enabled`).
+        The oneDNN flag is the one in force (`onednn_in_effect`).
         """
         return cls(
             batch_size=batch_size,
             intra_op_threads=intra_op_threads or physical_cores(),
             inter_op_threads=inter_op_threads,
             backend=backend,
-            onednn=onednn_enabled(),
+            onednn=onednn_in_effect(),
             jit_compile=jit_compile,
             protocol=protocol,
         )
@@ -177,23 +178,156 @@ def physical_cores() -> int:
     return max(1, min(len(cores) or usable, usable))
 
 
-def onednn_enabled(environ: Mapping[str, str] | None = None) -> bool:
-    """Whether TensorFlow's oneDNN optimisations are on.
+# CPU features for which TensorFlow turns oneDNN on by default on Linux
+# (`DefaultOneDnnPolicy` in tensorflow/core/util/port.cc), spelled as
+# /proc/cpuinfo's "flags" line spells them.
+ONEDNN_CPU_FLAGS = (
+    "avx512_vnni",
+    "avx512_bf16",
+    "avx_vnni",
+    "amx_tile",
+    "amx_int8",
+    "amx_bf16",
+)
+# The one Arm core of the same policy, Neoverse V1 (e.g. AWS Graviton3):
+# /proc/cpuinfo's "CPU implementer" and "CPU part" (the MIDR_EL1 fields
+# TensorFlow reads).
+_NEOVERSE_V1 = (0x41, 0xD40)
+_X86 = ("x86_64", "amd64", "i386", "i686", "x86")
+_ARM64 = ("aarch64", "arm64")
 
-    TensorFlow reads `TF_ENABLE_ONEDNN_OPTS` once at start-up; unset means
-    on for x86 CPUs and off elsewhere.
+
+class OneDnnError(errors.Error):
+    """TensorFlow's oneDNN decision differs from the one predicted."""
+
+
+def _cpuinfo_field(cpuinfo: str, name: str) -> str | None:
+    """The value of the first `name : value` line, None if there is none."""
+    for line in cpuinfo.splitlines():
+        key, sep, value = line.partition(":")
+        if sep and key.strip() == name:
+            return value.strip()
+    return None
+
+
+def _read_cpuinfo() -> str:
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8") as f:
+            return f.read()
+    except OSError:
+        return ""
+
+
+def onednn_default(
+    cpuinfo: str | None = None,
+    *,
+    system: str | None = None,
+    machine: str | None = None,
+) -> bool:
+    """Whether TensorFlow turns oneDNN on when `TF_ENABLE_ONEDNN_OPTS` is unset.
+
+    TensorFlow's rule: on Linux, on for x86 CPUs with one of
+    `ONEDNN_CPU_FLAGS` and for Arm Neoverse V1 cores, off for every other
+    CPU; on for x86 Windows; off elsewhere. The flags are read from
+    /proc/cpuinfo, where the kernel lists only the features it enabled
+    (TensorFlow asks the CPU itself: a kernel too old to name AVX_VNNI or
+    AMX hides them here).
+
+    Args:
+        cpuinfo: Text of /proc/cpuinfo; this machine's by default.
+        system: `platform.system()`, e.g. "Linux"; this machine's by default.
+        machine: `platform.machine()`, e.g. "x86_64"; this machine's by
+            default.
+
+    Returns:
+        The default.
+    """
+    system = platform.system() if system is None else system
+    machine = (platform.machine() if machine is None else machine).lower()
+    if system == "Windows":
+        return machine in _X86
+    if system != "Linux":
+        return False
+    cpuinfo = _read_cpuinfo() if cpuinfo is None else cpuinfo
+    if machine in _X86:
+        flags = set((_cpuinfo_field(cpuinfo, "flags") or "").split())
+        return not flags.isdisjoint(ONEDNN_CPU_FLAGS)
+    if machine in _ARM64:
+        try:
+            core = (
+                int(_cpuinfo_field(cpuinfo, "CPU implementer") or "", 16),
+                int(_cpuinfo_field(cpuinfo, "CPU part") or "", 16),
+            )
+        except ValueError:
+            return False
+        return core == _NEOVERSE_V1
+    return False
+
+
+def onednn_enabled(
+    environ: Mapping[str, str] | None = None, *, default: bool | None = None
+) -> bool:
+    """Whether TensorFlow's oneDNN optimisations are on, without importing it.
+
+    TensorFlow reads `TF_ENABLE_ONEDNN_OPTS` once, when it is imported:
+    "1" or "true" turns oneDNN on and "0" or "false" off (any case); unset,
+    or any other value (TensorFlow logs a warning), leaves its default
+    (`onednn_default`). Once TensorFlow is imported, `onednn_in_effect`
+    reads its own answer.
 
     Args:
         environ: Environment to read; `os.environ` by default.
+        default: The CPU's default; `onednn_default()` when None.
 
     Returns:
         The flag.
     """
     env = os.environ if environ is None else environ
     value = env.get("TF_ENABLE_ONEDNN_OPTS")
-    if value is None or not value.strip():
-        return platform.machine().lower() in ("x86_64", "amd64", "i386", "i686")
-    return value.strip().lower() not in ("0", "false", "off", "no")
+    if value is not None and value.lower() in ("0", "false"):
+        return False
+    if value is not None and value.lower() in ("1", "true"):
+        return True
+    return onednn_default() if default is None else default
+
+
+def tensorflow_onednn() -> bool | None:
+    """TensorFlow's own oneDNN decision, None while it is not imported.
+
+    Never imports TensorFlow: the answer is read only when a module has
+    already done so (it is fixed at that import).
+    """
+    if "tensorflow" not in sys.modules:
+        return None
+    from tensorflow.python.util import _pywrap_util_port
+
+    return bool(_pywrap_util_port.IsMklEnabled())
+
+
+def onednn_in_effect() -> bool:
+    """This process's oneDNN flag: TensorFlow's answer, checked against ours.
+
+    Before TensorFlow is imported, the prediction of `onednn_enabled`;
+    after, TensorFlow's own decision (`tensorflow_onednn`), which must
+    match the prediction.
+
+    Raises:
+        OneDnnError: If TensorFlow decided otherwise than predicted (a CPU
+            or platform the rule does not know, or `TF_ENABLE_ONEDNN_OPTS`
+            changed after TensorFlow was imported).
+    """
+    predicted = onednn_enabled()
+    actual = tensorflow_onednn()
+    if actual is not None and actual != predicted:
+        value = os.environ.get("TF_ENABLE_ONEDNN_OPTS")
+        raise OneDnnError(
+            f"TensorFlow runs with oneDNN {'on' if actual else 'off'} but "
+            f"dlbricks_tf predicted {'on' if predicted else 'off'} "
+            f"(TF_ENABLE_ONEDNN_OPTS={value!r}); start Python with "
+            f"TF_ENABLE_ONEDNN_OPTS={int(actual)} so that results are "
+            "labelled with what TensorFlow does."
+        )
+    return predicted
 
 
 def configure_threads(intra: int, inter: int = 1) -> None:

@@ -702,6 +702,27 @@ class Store:
             out.append(record)
         return out
 
+    def fingerprint_counts(self) -> list[tuple[SystemFingerprint, int]]:
+        """Each fingerprint the store holds, with how many results it keys.
+
+        Results are brick and model timings (failures and predictors do not
+        count); fingerprints are read back under the id they were stored
+        with, in the order of their ids.
+        """
+        rows = self._read(
+            "SELECT f.json, (SELECT COUNT(*) FROM brick_results r WHERE"
+            " r.fingerprint_id = f.id) + (SELECT COUNT(*) FROM model_results"
+            " m WHERE m.fingerprint_id = f.id) FROM fingerprints f"
+            " ORDER BY f.id"
+        )
+        try:
+            return [
+                (SystemFingerprint.from_dict(json.loads(fp)), count)
+                for fp, count in rows
+            ]
+        except (ValueError, TypeError, KeyError, AttributeError) as e:
+            raise self._malformed(e) from e
+
     def _malformed(self, e: Exception) -> StoreError:
         """A row whose settings or fingerprint JSON another program broke."""
         reason = " ".join(str(e).split())[:200]

@@ -18,6 +18,10 @@ import pytest
 import tensorflow as tf
 from tensorboard.backend.event_processing import event_accumulator
 
+from dlbricks_tf.fingerprint import SystemFingerprint
+from dlbricks_tf.settings import RunSettings
+from dlbricks_tf.stats import Timing
+from dlbricks_tf.store import Store
 from tests import models
 from tests.cli import FAST, dlbricks
 
@@ -331,6 +335,30 @@ def test_corrupt_model_file_is_one_line(tmp_path):
     assert proc.returncode == 1
     assert len(proc.stderr.splitlines()) == 1, proc.stderr
     assert "bad.keras" in proc.stderr
+
+
+def test_report_notes_results_stored_before_the_onednn_rule(tmp_path):
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "report.json").write_text(json.dumps({"runs": [], "corpus": []}))
+    new = SystemFingerprint(
+        "Test CPU", 2, 2, "Linux", "x86_64", "3.11", "2.21", "3.15", "", True
+    )
+    # As read back from a store written before the rule was recorded.
+    old = SystemFingerprint.from_dict(
+        {k: v for k, v in new.to_dict().items() if k != "onednn_rule"}
+    )
+    timing = Timing(1.0, 1.0, 1.0, 1.0, 10, 1.0, 1.0, False, 5, 0.3, 0.004)
+    with Store(out / "store.sqlite") as store:
+        store.put("a", RunSettings(1, 2, 1), old, timing)
+        store.put("a", RunSettings(1, 2, 1), new, timing)
+    proc = dlbricks("report", f"--out={out}")
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.splitlines()[-1] == (
+        f"Note: 1 result (fingerprint {old.id}) predates the oneDNN rule: "
+        "its oneDNN label may be the old x86 default, not what TensorFlow "
+        "did."
+    )
 
 
 if __name__ == "__main__":

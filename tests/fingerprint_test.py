@@ -1,12 +1,14 @@
 """Tests for dlbricks_tf/fingerprint.py."""
 
 import dataclasses
+import json
 import platform
 from importlib import metadata
 
 import pytest
 
 from dlbricks_tf import fingerprint
+from dlbricks_tf import settings as settings_lib
 
 
 def test_current_fingerprint_fields():
@@ -30,6 +32,34 @@ def test_round_trip():
     fp = fingerprint.system_fingerprint()
     again = fingerprint.SystemFingerprint.from_dict(fp.to_dict())
     assert again == fp and again.id == fp.id
+
+
+# A fingerprint as stored before `onednn_rule` existed, and its id then.
+OLD_JSON = (
+    '{"cpu_model":"Test CPU","keras":"3.15.1","logical_cpus":2,'
+    '"machine":"x86_64","onednn":true,"onnxruntime":"","os":"Linux-test",'
+    '"physical_cores":2,"python":"3.11.0","tensorflow":"2.21.0"}'
+)
+OLD_ID = "2f0be3936240"
+
+
+def test_current_fingerprint_records_tensorflows_rule():
+    fp = fingerprint.system_fingerprint()
+    assert fp.onednn_rule == fingerprint.ONEDNN_RULE == "tf"
+    assert not fp.legacy_onednn
+    assert fp.onednn is settings_lib.onednn_in_effect()
+    assert json.loads(fp.to_json())["onednn_rule"] == "tf"
+
+
+def test_old_fingerprint_reads_back_as_legacy_under_its_id():
+    old = fingerprint.SystemFingerprint.from_dict(json.loads(OLD_JSON))
+    assert old.onednn_rule is None and old.legacy_onednn
+    assert old.to_json() == OLD_JSON
+    assert old.id == OLD_ID
+    # The same machine fingerprinted today never takes the old id.
+    new = dataclasses.replace(old, onednn_rule=fingerprint.ONEDNN_RULE)
+    assert new.id != OLD_ID
+    assert fingerprint.SystemFingerprint.from_dict(new.to_dict()) == new
 
 
 def test_cpu_model_from_cpuinfo(tmp_path):

@@ -3,6 +3,7 @@
 import pytest
 
 import dlbricks_tf
+from dlbricks_tf.fingerprint import SystemFingerprint
 from dlbricks_tf.reporting import report
 from tests import models
 
@@ -167,6 +168,55 @@ def test_rows_say_how_their_estimate_was_obtained():
     assert lines[0].endswith("| source |")
     assert lines[2].endswith("| timed |")
     assert lines[3].endswith("| covered: G=2 100% |")
+
+
+_MACHINE = {
+    "cpu_model": "Test CPU",
+    "physical_cores": 2,
+    "logical_cpus": 2,
+    "os": "Linux-test",
+    "machine": "x86_64",
+    "python": "3.11.0",
+    "tensorflow": "2.21.0",
+    "keras": "3.15.1",
+    "onnxruntime": "",
+    "onednn": True,
+}
+
+
+def test_onednn_note_names_results_of_old_fingerprints():
+    # Read back from a store written before the rule: no `onednn_rule`.
+    old = SystemFingerprint.from_dict(_MACHINE)
+    other = SystemFingerprint.from_dict({**_MACHINE, "cpu_model": "Other"})
+    new = SystemFingerprint(**_MACHINE)
+    note = report.format_onednn_note([(old, 12), (new, 5), (other, 1)])
+    assert note == (
+        f"Note: 13 results (fingerprints {old.id}, {other.id}) predate the "
+        "oneDNN rule: their oneDNN label may be the old x86 default, not "
+        "what TensorFlow did."
+    )
+    assert "\n" not in note
+    single = report.format_onednn_note([(old, 1)])
+    assert single.startswith(
+        f"Note: 1 result (fingerprint {old.id}) predates the oneDNN rule: its "
+    )
+    many = [
+        (SystemFingerprint.from_dict({**_MACHINE, "physical_cores": n}), 1)
+        for n in range(1, 6)
+    ]
+    ids = ", ".join(fp.id for fp, _ in many[:3])
+    assert report.format_onednn_note(many).startswith(
+        f"Note: 5 results (fingerprints {ids} and 2 more) predate"
+    )
+
+
+def test_onednn_note_is_empty_without_old_results():
+    old = SystemFingerprint.from_dict(_MACHINE)
+    new = SystemFingerprint(**_MACHINE)
+    assert report.format_onednn_note([]) == ""
+    assert report.format_onednn_note([(new, 5)]) == ""
+    # An old fingerprint that keys no result (only a failure) says nothing.
+    assert report.format_onednn_note([(old, 0), (new, 5)]) == ""
 
 
 if __name__ == "__main__":

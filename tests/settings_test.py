@@ -94,20 +94,141 @@ def test_physical_cores_within_cpu_count():
     assert 1 <= settings_lib.physical_cores() <= (os.cpu_count() or 1)
 
 
+# /proc/cpuinfo lines as the kernel writes them (flags shortened).
+_EPYC_GENOA = "processor\t: 0\nflags\t\t: fpu sse2 avx2 avx512f avx512_bf16\n"
+_ICE_LAKE = "processor\t: 0\nflags\t\t: fpu avx2 avx512f avx512_vnni\n"
+_ALDER_LAKE = "processor\t: 0\nflags\t\t: fpu avx2 avx_vnni\n"
+_SAPPHIRE = "flags\t\t: avx2 amx_bf16 amx_tile amx_int8\n"
+_SKYLAKE = "processor\t: 0\nflags\t\t: fpu avx2 avx512f avx512bw avx512vl\n"
+_ZEN3 = "processor\t: 0\nflags\t\t: fpu avx avx2 fma vaes vpclmulqdq\n"
+_GRAVITON3 = "processor\t: 0\nCPU implementer\t: 0x41\nCPU part\t: 0xd40\n"
+_GRAVITON2 = "processor\t: 0\nCPU implementer\t: 0x41\nCPU part\t: 0xd0c\n"
+
+
+@pytest.mark.parametrize(
+    "cpuinfo,system,machine,expected",
+    [
+        (_EPYC_GENOA, "Linux", "x86_64", True),
+        (_ICE_LAKE, "Linux", "x86_64", True),
+        (_ALDER_LAKE, "Linux", "x86_64", True),
+        (_SAPPHIRE, "Linux", "x86_64", True),
+        (_SKYLAKE, "Linux", "x86_64", False),  # AVX-512 without VNNI/BF16.
+        (_ZEN3, "Linux", "x86_64", False),
+        ("", "Linux", "x86_64", False),  # No /proc/cpuinfo: no features.
+        (_GRAVITON3, "Linux", "aarch64", True),  # Arm Neoverse V1.
+        (_GRAVITON2, "Linux", "aarch64", False),  # Arm Neoverse N1.
+        ("processor\t: 0\n", "Linux", "aarch64", False),
+        (_EPYC_GENOA, "Linux", "ppc64le", False),
+        (_ZEN3, "Windows", "AMD64", True),
+        (_EPYC_GENOA, "Darwin", "x86_64", False),
+        (_GRAVITON3, "Darwin", "arm64", False),
+    ],
+)
+def test_onednn_default_follows_tensorflows_cpu_rule(
+    cpuinfo, system, machine, expected
+):
+    default = settings_lib.onednn_default(
+        cpuinfo, system=system, machine=machine
+    )
+    assert default is expected
+
+
+@pytest.mark.parametrize("default", [False, True])
 @pytest.mark.parametrize(
     "value,expected",
-    [("0", False), ("1", True), ("false", False), ("True", True)],
+    [
+        ("0", False),
+        ("1", True),
+        ("false", False),
+        ("True", True),
+        ("FALSE", False),
+        # TensorFlow ignores anything else (with a warning): the default.
+        ("off", None),
+        ("yes", None),
+        (" 0", None),
+        ("", None),
+    ],
 )
-def test_onednn_flag_from_environment(value, expected):
+def test_onednn_flag_from_environment(value, expected, default):
     env = {"TF_ENABLE_ONEDNN_OPTS": value}
-    assert settings_lib.onednn_enabled(env) is expected
+    flag = settings_lib.onednn_enabled(env, default=default)
+    assert flag is (default if expected is None else expected)
 
 
-def test_onednn_default_follows_architecture():
-    import platform
+def test_onednn_unset_is_this_cpus_default():
+    assert settings_lib.onednn_enabled({}) is settings_lib.onednn_default()
+    assert settings_lib.onednn_enabled({}, default=False) is False
 
-    x86 = platform.machine().lower() in ("x86_64", "amd64")
-    assert settings_lib.onednn_enabled({}) is x86
+
+_NO_TENSORFLOW = textwrap.dedent(
+    """
+    import sys
+    sys.path.insert(0, {root!r})
+    from dlbricks_tf import fingerprint, settings as s
+    fp = fingerprint.system_fingerprint()
+    print(s.tensorflow_onednn(), s.onednn_in_effect() == fp.onednn)
+    print("tensorflow" in sys.modules)
+    """
+)
+
+
+def test_onednn_rule_does_not_import_tensorflow():
+    result = subprocess.run(
+        [sys.executable, "-c", _NO_TENSORFLOW.format(root=_ROOT)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.split() == ["None", "True", "False"]
+
+
+def test_onednn_rule_agrees_with_tensorflow_in_this_process(monkeypatch):
+    import tensorflow  # noqa: F401  TensorFlow decides at its import.
+    from tensorflow.python.util import _pywrap_util_port
+
+    actual = bool(_pywrap_util_port.IsMklEnabled())
+    assert settings_lib.tensorflow_onednn() is actual
+    assert settings_lib.onednn_enabled() is actual
+    assert settings_lib.onednn_in_effect() is actual
+    assert settings_lib.RunSettings.default().onednn is actual
+    # TensorFlow read the variable once: changing it now makes the
+    # prediction wrong, and the check says so.
+    monkeypatch.setenv("TF_ENABLE_ONEDNN_OPTS", "0" if actual else "1")
+    with pytest.raises(settings_lib.OneDnnError, match="TensorFlow runs"):
+        settings_lib.onednn_in_effect()
+
+
+_WITH_TENSORFLOW = textwrap.dedent(
+    """
+    import sys
+    sys.path.insert(0, {root!r})
+    import tensorflow
+    from tensorflow.python.util import _pywrap_util_port
+    from dlbricks_tf import settings as s
+    print(_pywrap_util_port.IsMklEnabled(), s.onednn_enabled(),
+          s.onednn_in_effect(), s.onednn_default())
+    """
+)
+
+
+@pytest.mark.parametrize("value", ["0", "1", "off"])
+def test_onednn_rule_agrees_with_tensorflow_when_forced(value):
+    # TensorFlow reads TF_ENABLE_ONEDNN_OPTS once per process.
+    result = subprocess.run(
+        [sys.executable, "-c", _WITH_TENSORFLOW.format(root=_ROOT)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env=dict(
+            os.environ, TF_CPP_MIN_LOG_LEVEL="2", TF_ENABLE_ONEDNN_OPTS=value
+        ),
+    )
+    assert result.returncode == 0, result.stderr
+    tensorflow, predicted, in_effect, default = result.stdout.split()
+    assert predicted == in_effect == tensorflow
+    expected = {"0": "False", "1": "True", "off": default}[value]
+    assert tensorflow == expected
 
 
 def test_thread_pool_error_is_a_package_error():

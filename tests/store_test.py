@@ -443,5 +443,108 @@ def test_merge_copies_failures_unless_a_timing_exists(tmp_path):
         assert b.get("y", SETTINGS, FP) == _timing(1.0)
 
 
+# A schema-1 store as the code before `SystemFingerprint.onednn_rule`
+# wrote it: settings without a protocol, a fingerprint without the rule.
+_OLD_SETTINGS_KEY = "tf-b1-t2x1-onednn1-jit0"
+_OLD_SETTINGS_JSON = (
+    '{"backend": "tf", "batch_size": 1, "inter_op_threads": 1, '
+    '"intra_op_threads": 2, "jit_compile": false, "onednn": true}'
+)
+_OLD_FP_JSON = (
+    '{"cpu_model":"Test CPU","keras":"3.15.1","logical_cpus":2,'
+    '"machine":"x86_64","onednn":true,"onnxruntime":"","os":"Linux-test",'
+    '"physical_cores":2,"python":"3.11.0","tensorflow":"2.21.0"}'
+)
+_OLD_FP_ID = "2f0be3936240"
+_V1_SCHEMA = f"""
+CREATE TABLE meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
+CREATE TABLE settings (key TEXT PRIMARY KEY, json TEXT NOT NULL);
+CREATE TABLE fingerprints (id TEXT PRIMARY KEY, json TEXT NOT NULL);
+CREATE TABLE brick_results (
+    signature TEXT NOT NULL,
+    settings_key TEXT NOT NULL REFERENCES settings(key),
+    fingerprint_id TEXT NOT NULL REFERENCES fingerprints(id),
+    {store_lib._STATS_DDL},
+    UNIQUE (signature, settings_key, fingerprint_id));
+CREATE TABLE model_results (
+    model TEXT NOT NULL,
+    settings_key TEXT NOT NULL REFERENCES settings(key),
+    fingerprint_id TEXT NOT NULL REFERENCES fingerprints(id),
+    {store_lib._STATS_DDL},
+    UNIQUE (model, settings_key, fingerprint_id));
+"""
+
+
+def _old_store(path):
+    """Writes a schema-1 store: brick "a" at 1.25 ms, model "m" at 7.5 ms."""
+    stats = "min_ms, median_ms, trimmed_mean_ms, max_ms, samples, ci_low_ms,"
+    stats += " ci_high_ms, noisy, calls_per_sample, dispatch_ms,"
+    stats += " loop_overhead_ms"
+    with contextlib.closing(sqlite3.connect(path)) as db, db:
+        db.executescript(_V1_SCHEMA)
+        db.execute("INSERT INTO meta VALUES ('schema_version', '1')")
+        db.execute(
+            "INSERT INTO settings VALUES (?, ?)",
+            (_OLD_SETTINGS_KEY, _OLD_SETTINGS_JSON),
+        )
+        db.execute(
+            "INSERT INTO fingerprints VALUES (?, ?)", (_OLD_FP_ID, _OLD_FP_JSON)
+        )
+        for table, name, ms in (("brick", "a", 1.25), ("model", "m", 7.5)):
+            db.execute(
+                f"INSERT INTO {table}_results ("
+                f"{'signature' if table == 'brick' else 'model'},"
+                f" settings_key, fingerprint_id, {stats}) VALUES"
+                " (?, ?, ?, ?, ?, ?, ?, 10, ?, ?, 0, 5, 0.3, 0.004)",
+                (name, _OLD_SETTINGS_KEY, _OLD_FP_ID, *[ms] * 6),
+            )
+
+
+def test_old_store_reads_back_under_its_key_and_old_fingerprint(tmp_path):
+    path = tmp_path / "old.sqlite"
+    _old_store(path)
+    with store_lib.Store(path) as store:
+        assert store.schema_version == store_lib.SCHEMA_VERSION
+        [row] = store.rows("brick")
+        assert row["fingerprint_id"] == _OLD_FP_ID
+        assert row["fingerprint"] == json.loads(_OLD_FP_JSON)
+        assert row["settings"] == json.loads(_OLD_SETTINGS_JSON)
+        assert row["median_ms"] == 1.25 and row["samples"] == 10
+        old_fp = SystemFingerprint.from_dict(row["fingerprint"])
+        settings = RunSettings.from_dict(row["settings"])
+        assert old_fp.id == _OLD_FP_ID and old_fp.legacy_onednn
+        assert settings.key() == _OLD_SETTINGS_KEY
+        assert store.get("a", settings, old_fp) == _timing(1.25)
+        assert store.get_model("m", settings, old_fp) == _timing(7.5)
+        assert store.fingerprint_counts() == [(old_fp, 2)]
+        store.export_json(tmp_path / "out.json")
+    data = json.loads((tmp_path / "out.json").read_text())
+    assert data["bricks"][0]["fingerprint"] == json.loads(_OLD_FP_JSON)
+
+
+def test_new_rows_are_not_mixed_with_old_ones(tmp_path):
+    path = tmp_path / "old.sqlite"
+    _old_store(path)
+    old_fp = SystemFingerprint.from_dict(json.loads(_OLD_FP_JSON))
+    # The same machine and settings, fingerprinted under today's rule.
+    new_fp = dataclasses.replace(old_fp, onednn_rule="tf")
+    settings = RunSettings.from_dict(json.loads(_OLD_SETTINGS_JSON))
+    with store_lib.Store(path) as store:
+        assert store.missing(["a"], settings, new_fp) == ["a"]
+        store.put("a", settings, new_fp, _timing(2.0))
+        assert store.get("a", settings, old_fp) == _timing(1.25)
+        assert store.get("a", settings, new_fp) == _timing(2.0)
+        assert store.results(settings, old_fp) == {"a": _timing(1.25)}
+        assert store.results(settings, new_fp) == {"a": _timing(2.0)}
+        assert store.get_model("m", settings, new_fp) is None
+        assert sorted(
+            (r["fingerprint_id"], r["median_ms"]) for r in store.rows("brick")
+        ) == sorted([(_OLD_FP_ID, 1.25), (new_fp.id, 2.0)])
+        counts = {
+            fp.id: (fp.legacy_onednn, n) for fp, n in store.fingerprint_counts()
+        }
+        assert counts == {_OLD_FP_ID: (True, 2), new_fp.id: (False, 1)}
+
+
 if __name__ == "__main__":
     raise SystemExit(pytest.main([__file__, "-q"]))

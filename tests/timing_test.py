@@ -195,6 +195,14 @@ def test_result_before_sampling_raises():
         _timer(_tiny()).result()
 
 
+def test_settings_with_the_other_onednn_flag_are_refused():
+    if not CHECKED:
+        pytest.skip("An earlier test fixed the thread pools to other sizes.")
+    other = dataclasses.replace(SETTINGS, onednn=not SETTINGS.onednn)
+    with pytest.raises(timing.MeasurementError, match="settings.onednn="):
+        timing.Timer(_tiny(), other, FAST)
+
+
 def test_unsupported_backend_and_unknown_shapes_raise():
     onnx = settings_lib.RunSettings(1, 1, 1, backend="onnxruntime")
     with pytest.raises(timing.MeasurementError, match="Backend"):

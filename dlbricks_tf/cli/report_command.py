@@ -3,6 +3,8 @@
 Without flags, prints <out>/report.json; with --compare, estimates
 --models (or --recipe files) on every machine and backend --db holds,
 names the fastest, and logs the comparison to TensorBoard (--logdir).
+Either way, one more line says when --db holds results whose oneDNN label
+predates TensorFlow's rule (`reporting.report.format_onednn_note`).
 """
 
 from __future__ import annotations
@@ -44,6 +46,18 @@ def report(sources, gs, safe_mode) -> None:
     except (OSError, ValueError, KeyError, TypeError) as e:
         raise exits.Fail(f"Cannot read report {path!r}: {e}", 1) from e
     print(text)
+    if os.path.isfile(db):
+        with outputs.open_store(db) as store:
+            _print_onednn_note(store.fingerprint_counts())
+
+
+def _print_onednn_note(counts) -> None:
+    """Says when the store holds results labelled by the old oneDNN rule."""
+    from dlbricks_tf.reporting import report as report_lib
+
+    note = report_lib.format_onednn_note(counts)
+    if note:
+        print(f"\n{note}")
 
 
 def _compare(sources, gs, safe_mode, db, logdir) -> None:
@@ -68,6 +82,7 @@ def _compare(sources, gs, safe_mode, db, logdir) -> None:
         table = compare.compare(
             plans, store, mode=shared_flags.MODE.value, batch_size=batch_size
         )
+        counts = store.fingerprint_counts()
     if not table.configurations:
         raise exits.Fail(
             f"Store {db!r} holds no brick timing at batch size "
@@ -75,6 +90,7 @@ def _compare(sources, gs, safe_mode, db, logdir) -> None:
             1,
         )
     print(compare.format_comparison(table))
+    _print_onednn_note(counts)
     outputs.make_dirs(logdir)
     board.write_comparison(logdir, table)
     print(f"\nTensorBoard: tensorboard --logdir {logdir}", flush=True)

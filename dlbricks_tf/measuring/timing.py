@@ -119,6 +119,7 @@ class Timer(AdaptiveSampling):
         MeasurementError: If the settings cannot be honoured here, or
             `id_bounds` does not have one entry per input.
         ThreadPoolError: If the thread pools differ from `settings`.
+        OneDnnError: If TensorFlow's oneDNN decision is not the predicted one.
     """
 
     def __init__(
@@ -141,7 +142,7 @@ class Timer(AdaptiveSampling):
             )
         if check_settings:
             settings_lib.check_threads(settings)
-            if settings.onednn != settings_lib.onednn_enabled():
+            if settings.onednn != settings_lib.onednn_in_effect():
                 raise MeasurementError(
                     f"settings.onednn={settings.onednn} but this process runs "
                     f"with oneDNN {'on' if not settings.onednn else 'off'}; "

@@ -120,6 +120,37 @@ def format_report(report: Mapping[str, Any]) -> str:
     return "\n".join(lines)
 
 
+def format_onednn_note(fingerprints: Sequence[tuple[Any, int]]) -> str:
+    """One line on results whose oneDNN label predates TensorFlow's rule.
+
+    Fingerprints written before `SystemFingerprint.onednn_rule` existed
+    labelled oneDNN on for every x86 CPU unless `TF_ENABLE_ONEDNN_OPTS` said
+    otherwise; TensorFlow turns it on only on CPUs with AVX512_VNNI,
+    AVX512_BF16, AVX_VNNI or AMX. Their results keep their label and id,
+    and are never mixed with results timed since.
+
+    Args:
+        fingerprints: (fingerprint, results count) pairs, as
+            `Store.fingerprint_counts` returns them.
+
+    Returns:
+        The line, or "" when no result has such a fingerprint.
+    """
+    old = [(fp, n) for fp, n in fingerprints if fp.legacy_onednn and n]
+    if not old:
+        return ""
+    results = sum(n for _, n in old)
+    ids = ", ".join(fp.id for fp, _ in old[:3])
+    ids += f" and {len(old) - 3} more" if len(old) > 3 else ""
+    return (
+        f"Note: {results} result{'s' * (results != 1)} (fingerprint"
+        f"{'s' * (len(old) != 1)} {ids}) "
+        f"{'predates' if results == 1 else 'predate'} the oneDNN rule: "
+        f"{'its' if results == 1 else 'their'} oneDNN label may be the old "
+        "x86 default, not what TensorFlow did."
+    )
+
+
 def _signatures(signatures, shown: int = 3) -> str:
     """The first `shown` signatures, then how many more ("" for none)."""
     signatures = list(signatures)
