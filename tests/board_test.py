@@ -1,18 +1,33 @@
 """Tests of dlbricks_tf/reporting/board.py: every TensorBoard view read back."""
 
+import io
+
+import matplotlib.image
+import numpy as np
 import pytest
 import tensorflow as tf
+from matplotlib.container import ErrorbarContainer
 from tensorboard.backend.event_processing import event_accumulator
 from tensorboard.plugins.hparams import plugin_data_pb2
 
 import dlbricks_tf
 from dlbricks_tf import job
 from dlbricks_tf.cutting import suite as suite_lib
-from dlbricks_tf.reporting import board
+from dlbricks_tf.reporting import board, charts
 from dlbricks_tf.stats import Timing
 from tests import models
 
 SETTINGS = {"batch_size": 1, "intra_op_threads": 2, "inter_op_threads": 1}
+# chain's ranges at each G: measured 1.0 ms, estimated 0.5 * G ms.
+RANGES = {
+    g: {
+        "estimated_low_ms": 0.4 * g,
+        "estimated_high_ms": 0.7 * g,
+        "measured_ci_low_ms": 0.9,
+        "measured_ci_high_ms": 1.25,
+    }
+    for g in (1, 2)
+}
 
 
 def _read(path) -> event_accumulator.EventAccumulator:
@@ -52,6 +67,8 @@ def _job():
                     "estimated_parallel_ms": 0.4 * g + i,
                     "normalized": (0.5 * g + i) / (1.0 + i),
                     "bricks": len(ds[name].bricks),
+                    # Only chain has ranges: res/x draws without.
+                    **(RANGES[g] if name == "chain" else {}),
                 }
             )
         corpus.append(
@@ -65,6 +82,8 @@ def _job():
                 "total_bricks": suite.total_bricks,
                 "campaign_wall_s": 1.0,
                 "end_to_end_wall_s": 2.0,
+                "steal_share": 0.05 * g,
+                "steal_peak_share": 0.25 * g,
             }
         )
         details[g] = job.GranularityResult(
@@ -130,7 +149,7 @@ def test_hparams_experiment_and_sessions(logs):
         "inter_op_threads",
     }
     metrics = {m.name.tag for m in data.experiment.metric_infos}
-    assert metrics == set(board.METRICS)
+    assert metrics == set(board.METRICS) | set(board.STEAL_METRICS)
 
     session = _read(log_dir / "hparams" / "G=2")
     start = plugin_data_pb2.HParamsPluginData.FromString(
@@ -142,6 +161,43 @@ def test_hparams_experiment_and_sessions(logs):
     assert _values(session, "corpus/geomean_normalized") == pytest.approx(
         {2: 0.9}
     )
+
+
+def test_steal_scalars_per_g(logs):
+    log_dir, _, _ = logs
+    for g in (1, 2):
+        session = _read(log_dir / "hparams" / f"G={g}")
+        assert _values(session, "corpus/steal_share") == pytest.approx(
+            {g: 0.05 * g}
+        )
+        assert _values(session, "corpus/steal_peak_share") == pytest.approx(
+            {g: 0.25 * g}
+        )
+    (corpus,) = _read(log_dir / "tables").Tensors("corpus")
+    text = tf.make_ndarray(corpus.tensor_proto).item().decode()
+    assert text.splitlines()[0].endswith("| steal_share | steal_peak_share |")
+
+
+def test_a_report_without_steal_or_ranges_writes_neither(tmp_path):
+    report, _ = _job()
+    for row in report["corpus"]:
+        del row["steal_share"], row["steal_peak_share"]
+    for row in report["runs"]:
+        for key in RANGES[1]:
+            row.pop(key, None)
+    board.write_board(tmp_path, report)
+    data = plugin_data_pb2.HParamsPluginData.FromString(
+        _read(tmp_path / "hparams").PluginTagToContent("hparams")[
+            "_hparams_/experiment"
+        ]
+    )
+    metrics = {m.name.tag for m in data.experiment.metric_infos}
+    assert metrics == set(board.METRICS)
+    session = _read(tmp_path / "hparams" / "G=1")
+    assert not set(board.STEAL_METRICS) & set(session.Tags()["tensors"])
+    figures = board.result_figures(report["runs"][:2], 1)
+    for figure in figures.values():
+        assert _error_segments(figure.axes[0]) == {}
 
 
 def test_tables_and_images(logs):
@@ -167,14 +223,61 @@ def test_tables_and_images(logs):
         "measured_vs_estimated",
         "similarity",
     }
-    for tag in ("normalized_latency", "similarity"):
+    for tag in ("normalized_latency", "measured_vs_estimated", "similarity"):
         steps = {e.step for e in charts.Tensors(tag)}
         assert steps == {1, 2}
         width, height, png = tf.make_ndarray(
             charts.Tensors(tag)[0].tensor_proto
         )
-        assert int(width) > 50 and int(height) > 50
-        assert png[:8] == b"\x89PNG\r\n\x1a\n"
+        image = _decode(png)
+        assert image.shape[:2] == (int(height), int(width))
+        if tag != "similarity":
+            # Wide enough to read when TensorBoard scales it to a card.
+            assert 1000 <= int(width) <= 1400
+
+
+def _decode(png: bytes) -> np.ndarray:
+    return matplotlib.image.imread(io.BytesIO(png), format="png")
+
+
+def _error_segments(ax) -> dict[str, np.ndarray]:
+    """{label: [((x0, y0), (x1, y1)), ...]} of the error bars drawn."""
+    found = {}
+    for container in ax.containers:
+        if isinstance(container, ErrorbarContainer):
+            (segments,) = container.lines[2]
+            found[container.get_label()] = np.asarray(segments.get_segments())
+    return found
+
+
+def test_charts_draw_the_rows_ranges(logs):
+    log_dir, _, _ = logs
+    report, _ = _job()
+    mine = [r for r in report["runs"] if r["granularity"] == 2]
+    assert [r["model"] for r in mine] == ["chain", "res/x"]
+    figures = board.result_figures(mine, 2)
+    # chain (first bar, at 0): estimate 1.0 ms in 0.8..1.4 over 1.0 ms.
+    assert board.normalized_range(mine[0]) == pytest.approx((0.8, 1.4))
+    assert board.normalized_range(mine[1]) is None
+    bars = _error_segments(figures["normalized_latency"].axes[0])
+    np.testing.assert_allclose(
+        bars["estimate's range / measured"], [[(0.8, 0), (1.4, 0)]]
+    )
+    # Measured 1.0 ms (CI 0.9..1.25) against estimated 1.0 (0.8..1.4).
+    points = _error_segments(figures["measured_vs_estimated"].axes[0])
+    np.testing.assert_allclose(
+        points["estimate's range"], [[(1, 0.8), (1, 1.4)]]
+    )
+    np.testing.assert_allclose(points["measured CI"], [[(0.9, 1), (1.25, 1)]])
+    # The board's images are these figures.
+    (event,) = [
+        e
+        for e in _read(log_dir / "charts").Tensors("normalized_latency")
+        if e.step == 2
+    ]
+    _, _, png = tf.make_ndarray(event.tensor_proto)
+    drawn = charts.to_png(figures["normalized_latency"])
+    np.testing.assert_array_equal(_decode(png), _decode(drawn))
 
 
 def test_estimates_show_their_sources(tmp_path):

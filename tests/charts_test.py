@@ -1,10 +1,12 @@
 """Tests of dlbricks_tf/reporting/charts.py: PNGs that decode at their size."""
 
 import io
+import math
 
 import matplotlib.image
 import numpy as np
 import pytest
+from matplotlib.container import ErrorbarContainer
 
 from dlbricks_tf.reporting import charts
 
@@ -13,6 +15,16 @@ NAMES = [f"Model{i}" for i in range(6)]
 
 def decode(png: bytes) -> np.ndarray:
     return matplotlib.image.imread(io.BytesIO(png), format="png")
+
+
+def error_segments(ax) -> dict[str, np.ndarray]:
+    """{label: [((x0, y0), (x1, y1)), ...]} of the error bars drawn."""
+    found = {}
+    for container in ax.containers:
+        if isinstance(container, ErrorbarContainer):
+            (segments,) = container.lines[2]
+            found[container.get_label()] = np.asarray(segments.get_segments())
+    return found
 
 
 @pytest.mark.parametrize(
@@ -78,6 +90,141 @@ def test_mismatched_inputs_are_refused():
         charts.bar_panels([])
     with pytest.raises(ValueError, match="Not a PNG"):
         charts.png_size(b"GIF89a" + bytes(30))
+
+
+RANGED = charts.Bars(
+    ("a", "b", "c", "d", "e"),
+    (("normalized", (0.9, 1.0, 1.2, math.nan, 1.0)),),
+    reference=1.0,
+    reference_label="estimate = measured",
+    band=(0.9, 1.1),
+    band_label="+-10%",
+    errors=((0.8, 1.05), None, (1.1, 1.3), (0.5, 0.6), (1.1, 1.2)),
+    error_label="range",
+    annotations=("0.9", "1.0", "1.2", "nan", "1.0"),
+)
+
+
+@pytest.mark.parametrize("horizontal", [True, False])
+def test_error_bars_span_each_labelled_range(horizontal):
+    fig = charts.bar_figure([RANGED], horizontal=horizontal)
+    (ax,) = fig.axes
+    # (value, position) of each end; b has no range, d no value, and e's
+    # range (1.1, 1.2) misses its value 1.0: drawn from the value up.
+    ends = [
+        [(0.8, 0), (1.05, 0)],
+        [(1.1, 2), (1.3, 2)],
+        [(1.0, 4), (1.2, 4)],
+    ]
+    if not horizontal:
+        ends = [[(p, v) for v, p in segment] for segment in ends]
+    got = error_segments(ax)
+    assert set(got) == {"range"}
+    np.testing.assert_allclose(got["range"], ends)
+    # The reference and band lines (not the error bars' caps).
+    lines = [line for line in ax.lines if line.get_linestyle() != "None"]
+    line_at = [
+        (line.get_xdata() if horizontal else line.get_ydata())[0]
+        for line in lines
+    ]
+    assert sorted(line_at) == [0.9, 1.0, 1.1]
+    (legend,) = fig.legends
+    assert {t.get_text() for t in legend.get_texts()} == {
+        "normalized",
+        "range",
+        "+-10%",
+        "estimate = measured",
+    }
+    # Each value is written beyond its error bar, never inside it.
+    texts = {t.get_text(): t.xy for t in ax.texts}
+    assert texts["0.9"] == ((1.05, 0) if horizontal else (0, 1.05))
+    # d has no bar: its text sits at the base.
+    assert texts["nan"] == ((0.0, 3) if horizontal else (3, 0.0))
+    png = charts.to_png(fig)
+    assert charts.png_size(png) == tuple(
+        round(v * fig.dpi) for v in fig.get_size_inches()
+    )
+
+
+def test_bars_without_ranges_draw_no_error_bar():
+    bars = charts.Bars(("a", "b"), (("n", (1.0, 2.0)),), errors=(None, None))
+    assert error_segments(charts.bar_figure([bars]).axes[0]) == {}
+
+
+def test_error_ranges_are_checked():
+    with pytest.raises(ValueError, match="1 error ranges for 2 labels"):
+        charts.Bars(("a", "b"), (("n", (1.0, 2.0)),), errors=((0, 1),))
+    with pytest.raises(ValueError, match="exactly one unstacked series"):
+        charts.Bars(
+            ("a",), (("n", (1.0,)), ("m", (2.0,))), errors=((0.5, 1.5),)
+        )
+
+
+def test_large_type_keeps_rows_apart():
+    names = [f"LongModelName{i}" for i in range(40)]
+    small = charts.png_size(charts.bar_chart(names, range(40), dpi=150))
+    large = charts.png_size(
+        charts.bar_chart(names, range(40), dpi=150, font=12)
+    )
+    assert small[0] == large[0] == 1125  # 7.5 inches at 150 dpi.
+    # A 12-point label is 25 px at 150 dpi: each row has two of them.
+    assert large[1] / 40 >= 2 * 12 * 150 / 72
+    assert large[1] > small[1]
+
+
+def test_measured_vs_estimated_draws_both_ranges_and_the_band():
+    fig = charts.measured_vs_estimated_figure(
+        ["a", "b", "c"],
+        [10.0, 20.0, 40.0],
+        [9.0, 22.0, math.nan],
+        estimated_ranges=[(8.0, 10.0), None, (30.0, 50.0)],
+        measured_ranges=[(9.5, 10.5), (19.0, 21.5), None],
+        parallel=[8.0, 20.0, 30.0],
+        band=0.1,
+    )
+    ax = fig.axes[0]
+    got = error_segments(ax)
+    # Vertical at the measurement; c has no estimate, so no bar.
+    np.testing.assert_allclose(got["estimate's range"], [[(10, 8), (10, 10)]])
+    # Horizontal at the estimate.
+    np.testing.assert_allclose(
+        got["measured CI"], [[(9.5, 9), (10.5, 9)], [(19, 22), (21.5, 22)]]
+    )
+    ratios = sorted(
+        round(float(line.get_ydata()[1] / line.get_xdata()[1]), 9)
+        for line in ax.lines
+        if line.get_linestyle() != "None"  # Not an error bar's caps.
+    )
+    assert ratios == [0.9, 1.0, 1.1]  # The band around the diagonal.
+    # 8..50 ms spans more than a factor of 4: logarithmic, holding all.
+    assert ax.get_xscale() == ax.get_yscale() == "log"
+    assert ax.get_xlim() == ax.get_ylim()
+    assert ax.get_xlim()[0] < 8.0 and ax.get_xlim()[1] > 50.0
+    assert {t.get_text() for t in ax.texts} == {"a", "b"}
+    assert charts.png_size(charts.to_png(fig)) == (800, 700)
+
+
+def test_measured_vs_estimated_numbers_many_models_with_a_key():
+    names = [f"m{i}" for i in range(13)]
+    estimated = [11.0 + i for i in range(13)]
+    estimated[4] = math.nan  # No estimate: listed, not drawn.
+    fig = charts.measured_vs_estimated_figure(
+        names, [10.0 + i for i in range(13)], estimated
+    )
+    ax, key = fig.axes
+    assert ax.get_xscale() == "linear"  # 10..23 ms: a factor under 4.
+    assert ax.get_xlim() == ax.get_ylim() == (0.0, pytest.approx(23 * 1.1))
+    numbers = sorted(int(t.get_text()) for t in ax.texts)
+    assert numbers == [i for i in range(1, 14) if i != 5]
+    listed = {t.get_text() for t in key.texts}
+    assert {"1  m0", "5  m4 (not drawn)", "13  m12"} <= listed
+    assert len(listed) == 13
+    assert error_segments(ax) == {}
+
+
+def test_measured_vs_estimated_refuses_mismatched_lengths():
+    with pytest.raises(ValueError, match="estimated has 1 values for 2"):
+        charts.measured_vs_estimated(["a", "b"], [1.0, 2.0], [1.0])
 
 
 if __name__ == "__main__":

@@ -242,8 +242,10 @@ def test_corpus_row_keeps_the_wall_clock_figures_in_order(files):
     (source,) = job.resolve_models([files["chain"]])
     d = source.decompose(1)
     results = {b.signature: _timing(0.5) for b in d.bricks}
-    measured = {"chain": _timing(2.0)}
+    measured = {"chain": Timing(1.8, 2.0, 2.0, 2.5, 10, 1.9, 2.2, False)}
     run = job.model_row("chain", 1, SETTINGS, measured["chain"], results, d)
+    # The measured median's interval, for the charts' horizontal range.
+    assert (run["measured_ci_low_ms"], run["measured_ci_high_ms"]) == (1.9, 2.2)
     suite = suite_lib.build_suite({"chain": d})
     row = job.corpus_row(
         1, False, [run], measured, results, suite, b_s=2.0, a_s=1.0

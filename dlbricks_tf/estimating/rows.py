@@ -54,6 +54,9 @@ def model_row(
         "split": split_name(d.fuse),
         "batch_size": settings.batch_size,
         "measured_ms": m.median_ms,
+        # The 95% interval of the measured median, for the charts' range.
+        "measured_ci_low_ms": m.ci_low_ms,
+        "measured_ci_high_ms": m.ci_high_ms,
         "measured_noisy": m.noisy,
         "dispatch_ms": m.dispatch_ms,
         "bricks": len(d.bricks),

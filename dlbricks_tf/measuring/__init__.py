@@ -9,5 +9,6 @@ its in-graph loops, `chain` times many bricks in one traced function,
 `campaign` samples bricks until the models' estimates are precise enough,
 and `memory` refuses what cannot fit before it is timed. `ort_timing` runs
 the same protocol on ONNX Runtime, on the files `onnx_convert` writes;
-importing it imports no TensorFlow.
+importing it imports no TensorFlow. `steal` reads the hypervisor steal
+of /proc/stat over a run (no TensorFlow either).
 """

@@ -6,12 +6,18 @@ Runs written under the log directory:
                      latency/estimated_ms, latency/estimated_parallel_ms,
                      latency/normalized; one run per model, so charts overlay
     hparams          the HParams experiment (granularity, batch size,
-                     threads; metrics: geomean normalized latency, speed-up)
-    hparams/G=<g>    one session per G with its metric scalars
+                     threads; metrics: geomean normalized latency, speed-up,
+                     and the hypervisor steal of the run when the report
+                     has it)
+    hparams/G=<g>    one session per G with its metric scalars, among them
+                     corpus/steal_share and corpus/steal_peak_share
     tables           Markdown tables (text dashboard): results, corpus,
                      bricks/<model> at step G
-    charts           images at step G: normalized latency per model,
-                     measured vs estimated, the models' similarity heatmap
+    charts           images at step G: normalized latency per model (with
+                     the estimate's range over the measurement and the
+                     +-10% band), measured vs estimated (the estimate's
+                     range and the measurement's confidence interval as
+                     error bars), the models' similarity heatmap
     graphs/<brick>   the layer-level op graph of a few bricks (the largest
                      of the last G), one run each
     compare          `write_comparison`: estimates of each model on each
@@ -30,6 +36,7 @@ Example:
 
 from __future__ import annotations
 
+import math
 import re
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -52,6 +59,17 @@ METRICS = {
     "corpus/min_normalized": "min normalized latency",
     "corpus/max_normalized": "max normalized latency",
 }
+# Metrics of the run's conditions, written when the corpus rows have them:
+# the share of CPU time the hypervisor gave to other guests over the run,
+# and its peak over intervals of about a second (measuring.steal).
+STEAL_METRICS = {
+    "corpus/steal_share": "hypervisor steal share",
+    "corpus/steal_peak_share": "peak hypervisor steal share",
+}
+# Board images are shown scaled down to a card's width (about 500 px):
+# about 1200 px wide, with type large enough to read at that scale.
+CHART_DPI = 150
+CHART_FONT = 12
 
 
 def run_name(name: str) -> str:
@@ -127,6 +145,7 @@ def _hparams(log_dir: Path, report: Mapping[str, Any]) -> None:
     corpus = report["corpus"]
     if not corpus:
         return
+    metrics = {**METRICS, **_steal_metrics(corpus)}
     with summaries.run_writer(log_dir, HPARAMS_RUN) as w:
         summaries.write_hparams_config(
             w,
@@ -134,7 +153,7 @@ def _hparams(log_dir: Path, report: Mapping[str, Any]) -> None:
                 "granularity": [c["granularity"] for c in corpus],
                 **{k: [v] for k, v in values.items()},
             },
-            METRICS,
+            metrics,
         )
     for c in corpus:
         g = c["granularity"]
@@ -142,10 +161,19 @@ def _hparams(log_dir: Path, report: Mapping[str, Any]) -> None:
             summaries.write_hparams(
                 w, {"granularity": g, **values}, trial_id=f"G={g}"
             )
-            for tag in METRICS:
-                summaries.write_scalars(
-                    w, tag, {g: c[tag.removeprefix("corpus/")]}
-                )
+            for tag in metrics:
+                value = c.get(tag.removeprefix("corpus/"))
+                if value is not None:
+                    summaries.write_scalars(w, tag, {g: value})
+
+
+def _steal_metrics(corpus: Sequence[Mapping[str, Any]]) -> dict[str, str]:
+    """The steal metrics that some corpus row has a figure of."""
+    return {
+        tag: name
+        for tag, name in STEAL_METRICS.items()
+        if any(c.get(tag.removeprefix("corpus/")) is not None for c in corpus)
+    }
 
 
 def _tables(
@@ -185,6 +213,9 @@ def _tables(
                 "campaign_wall_s",
                 "campaign_setup_s",
                 "end_to_end_wall_s",
+            ] + [
+                t.removeprefix("corpus/")
+                for t in _steal_metrics(report["corpus"])
             ]
             summaries.write_table(
                 w,
@@ -247,39 +278,8 @@ def _charts(
     with summaries.run_writer(log_dir, CHARTS_RUN) as w:
         for g in dict.fromkeys(r["granularity"] for r in runs):
             mine = [r for r in runs if r["granularity"] == g]
-            labels = [r["model"] for r in mine]
-            summaries.write_image(
-                w,
-                "normalized_latency",
-                charts.bar_chart(
-                    labels,
-                    [r["normalized"] for r in mine],
-                    title=f"Estimate / measured, G={g}",
-                    value_label="normalized latency",
-                    reference=1.0,
-                    annotations=tuple(f"{r['normalized']:.3f}" for r in mine),
-                ),
-                step=g,
-            )
-            summaries.write_image(
-                w,
-                "measured_vs_estimated",
-                charts.grouped_bar_chart(
-                    labels,
-                    {
-                        "measured": [r["measured_ms"] for r in mine],
-                        "sequential estimate": [
-                            r["estimated_ms"] for r in mine
-                        ],
-                        "parallel estimate": [
-                            r["estimated_parallel_ms"] for r in mine
-                        ],
-                    },
-                    title=f"Latency, G={g}",
-                    value_label="ms",
-                ),
-                step=g,
-            )
+            for tag, figure in result_figures(mine, g).items():
+                summaries.write_image(w, tag, charts.to_png(figure), step=g)
         for g, detail in sorted(details.items()):
             sim = analysis.similarity(
                 {
@@ -298,6 +298,87 @@ def _charts(
                 ),
                 step=g,
             )
+
+
+def result_figures(runs: Sequence[Mapping[str, Any]], g: int) -> dict:
+    """The figures of the models' results at G, by image tag.
+
+    `normalized_latency`: estimate / measured per model, its error bar the
+    estimate's range over the measurement (`estimated_low_ms` and
+    `estimated_high_ms` over `measured_ms`), between lines at +-10%.
+    `measured_vs_estimated`: each estimate against its measurement, the
+    estimate's range a vertical error bar, the measured median's interval
+    (`measured_ci_low_ms`, `measured_ci_high_ms`) a horizontal one. A row
+    without those figures draws without its error bar.
+
+    Args:
+        runs: The report's rows of the models at G.
+        g: G, for the titles.
+
+    Returns:
+        {tag: matplotlib figure}; `charts.to_png` draws one.
+    """
+    labels = [r["model"] for r in runs]
+    normalized = [_number(r.get("normalized")) for r in runs]
+    bars = charts.Bars(
+        tuple(labels),
+        (("normalized latency", tuple(normalized)),),
+        title=f"Estimate / measured, G={g}",
+        value_label="normalized latency",
+        reference=1.0,
+        reference_label="estimate = measured",
+        band=(0.9, 1.1),
+        band_label="\u00b110%",
+        annotations=tuple(
+            f"{v:.3f}" if math.isfinite(v) else "no estimate"
+            for v in normalized
+        ),
+        errors=tuple(normalized_range(r) for r in runs),
+        error_label="estimate's range / measured",
+    )
+    return {
+        "normalized_latency": charts.bar_figure(
+            [bars], dpi=CHART_DPI, font=CHART_FONT
+        ),
+        "measured_vs_estimated": charts.measured_vs_estimated_figure(
+            labels,
+            [_number(r.get("measured_ms")) for r in runs],
+            [_number(r.get("estimated_ms")) for r in runs],
+            estimated_ranges=[
+                _range(r, "estimated_low_ms", "estimated_high_ms") for r in runs
+            ],
+            measured_ranges=[
+                _range(r, "measured_ci_low_ms", "measured_ci_high_ms")
+                for r in runs
+            ],
+            parallel=[_number(r.get("estimated_parallel_ms")) for r in runs],
+            title=f"Measured vs estimated latency, G={g}",
+            dpi=CHART_DPI,
+            font=CHART_FONT,
+        ),
+    }
+
+
+def normalized_range(row: Mapping[str, Any]) -> tuple[float, float] | None:
+    """(low, high) of a row's estimate over its measurement, or None."""
+    bounds = _range(row, "estimated_low_ms", "estimated_high_ms")
+    measured = _number(row.get("measured_ms"))
+    if bounds is None or not measured > 0:
+        return None
+    return bounds[0] / measured, bounds[1] / measured
+
+
+def _range(
+    row: Mapping[str, Any], low: str, high: str
+) -> tuple[float, float] | None:
+    """The row's finite (low, high) under those keys, or None."""
+    bounds = (_number(row.get(low)), _number(row.get(high)))
+    return bounds if all(map(math.isfinite, bounds)) else None
+
+
+def _number(value: Any) -> float:
+    """A report figure as a float: None (JSON's non-finite) is nan."""
+    return math.nan if value is None else float(value)
 
 
 def _graphs(
