@@ -90,6 +90,7 @@ def time_suite(
     measure: Callable[[Any], Timing] | None = None,
     build: Callable[[Any], Any] | None = None,
     on_failure: Callable[[str, str], None] | None = None,
+    scale: Any = None,
 ) -> BenchSummary:
     """Times every brick of `suite` missing from `store`, committing each.
 
@@ -117,6 +118,8 @@ def time_suite(
             entry's brick built at the settings' batch size.
         on_failure: Called with (signature, reason) after a brick that
             could not be loaded, built or timed is recorded as failed.
+        scale: A `dlbricks_tf.measuring.reference.ReferenceScale`: every
+            batch of samples is scaled to the machine's reference state.
 
     Returns:
         What was timed, skipped and failed.
@@ -160,6 +163,7 @@ def time_suite(
         ),
         on_result=on_result,
         on_failure=on_failure,
+        scale=scale,
     )
     return BenchSummary(
         timed=summary.timed,

@@ -112,6 +112,7 @@ def run_granularity(
     log: Callable[[str], None] | None = None,
     fuse: bool = False,
     onnx_folder: str | os.PathLike | None = None,
+    reference: bool = False,
 ) -> GranularityResult:
     """Measures every model and its bricks at one G, and estimates.
 
@@ -147,6 +148,12 @@ def run_granularity(
             runs; whole models converted afresh). Converting is charged
             to the report's `conversion_wall_s`, not to the campaign: an
             exported suite carries its ONNX files to every machine.
+        reference: Scale every batch of samples, bricks' and models' alike,
+            to the machine's reference state
+            (`dlbricks_tf.measuring.reference`); the corpus row then keeps
+            the reference's state and spread. The host's hypervisor steal
+            over the G (`steal_share`, `steal_peak_share`) is kept either
+            way.
 
     Returns:
         The rows of report.json (`runs`, `corpus`) and what they came from.
@@ -160,7 +167,8 @@ def run_granularity(
 
     from dlbricks_tf.cutting import suite as suite_lib
     from dlbricks_tf.cutting.decompose import decompose
-    from dlbricks_tf.measuring import brick_timing, rounds
+    from dlbricks_tf.measuring import brick_timing, rounds, steal
+    from dlbricks_tf.measuring import reference as reference_lib
 
     brick_options = brick_options or options
     log = log or (lambda line: None)
@@ -176,6 +184,18 @@ def run_granularity(
         (rounds.CAMPAIGN, rounds.SETUP, rounds.END_TO_END, CONVERSION)
     )
     setup = (rounds.CAMPAIGN, rounds.SETUP)
+    meter = steal.StealMeter()
+    meter.start()
+    scale = None
+    if reference:  # Its trace and first calibration are campaign setup.
+        scale = clock.run(
+            setup,
+            reference_lib.ReferenceScale.for_store,
+            clock.run(setup, reference_lib.Reference),
+            store,
+            settings,
+            fingerprint,
+        )
 
     decompositions = {}
     for source in sources:
@@ -277,6 +297,7 @@ def run_granularity(
             options,
             check_settings=check_settings,
             input_shapes=source.shapes,
+            scale=scale,
         )
         model_rounds = rounds.ModelSampler(
             model_timer, clock, functools.partial(finished, source.name)
@@ -295,7 +316,9 @@ def run_granularity(
             check_settings=check_settings,
             on_result=functools.partial(brick_done, source.name),
             on_failure=functools.partial(brick_failed, source.name),
+            scale=scale,
         )
+        meter.tick()
         remeasured.extend(summary.remeasured)
         new_bricks = len(summary.timed)
         measured[source.name] = model_rounds.finish()
@@ -333,6 +356,8 @@ def run_granularity(
             f"{row['bricks']} bricks, {new_bricks} timed"
         )
         del model, model_timer, model_rounds
+    meter.stop()
+    machine = {**meter.summary(), **(scale.summary() if scale else {})}
     return GranularityResult(
         runs,
         corpus_row(
@@ -348,6 +373,7 @@ def run_granularity(
             bricks_timed=total - len(sources) - len(failed),
             end_to_end_wall_s=clock[rounds.END_TO_END],
             **({"conversion_wall_s": clock[CONVERSION]} if ort else {}),
+            **machine,
         ),
         decompositions,
         suite,
@@ -393,6 +419,7 @@ def run_job(
     log: Callable[[str], None] | None = None,
     fuse: bool = False,
     onnx_folder: str | os.PathLike | None = None,
+    reference: bool = False,
 ) -> tuple[dict[str, Any], dict[int, GranularityResult]]:
     """Runs `run_granularity` for every G; returns the report and details.
 
@@ -407,7 +434,7 @@ def run_job(
         report_path: Where to write report.json, rewritten after every G
             so a stopped run keeps what it did; None writes nothing.
         reuse_stored, safe_mode, check_settings, progress, log, fuse,
-            onnx_folder: As in `run_granularity`.
+            onnx_folder, reference: As in `run_granularity`.
 
     Returns:
         (report, {G: GranularityResult}); the report as in report.json.
@@ -433,6 +460,7 @@ def run_job(
             progress=progress,
             log=log,
             onnx_folder=onnx_folder,
+            reference=reference,
         )
         details[g] = result
         report["runs"] += result.runs
@@ -458,13 +486,17 @@ def measure_models(
     check_settings: bool = True,
     progress: Progress | None = None,
     onnx_folder: str | os.PathLike | None = None,
+    scale: Any = None,
 ) -> dict[str, Timing]:
     """Times every model end to end, one after another, into the store.
 
     A model with `input_shapes` is timed at them, and stored under its
     name, which names them ("bert@128"). On ONNX Runtime each model is
     converted to `onnx_folder` first, and timed by the timer `run` uses
-    (`brick_timing.model_timer`).
+    (`brick_timing.model_timer`). With a `scale`
+    (`dlbricks_tf.measuring.reference.ReferenceScale`), every batch of
+    samples is scaled to the machine's reference state, as `run` and
+    `bench` scale theirs.
 
     Returns:
         {model: timing}, in order.
@@ -497,6 +529,7 @@ def measure_models(
             options,
             check_settings=check_settings,
             input_shapes=source.shapes,
+            scale=scale,
         )
         measured[source.name] = sampling.time_interleaved([timer])[0]
         store.put_model(

@@ -220,6 +220,7 @@ def _time_suite(
         stop=stop,
         build=build,
         on_failure=on_failure,
+        scale=timing_flags.reference_scale(store, settings, fp),
     )
     print(
         f"{label}: timed {len(summary.timed)}, already stored "

@@ -21,15 +21,17 @@ def measure(sources, gs, safe_mode) -> None:
     settings = startup.start_backend()
     options, _ = timing_flags.options(settings)
     with outputs.open_store(db) as store:
+        fp = system_fingerprint()
         measured = job.measure_models(
             sources,
             settings,
-            system_fingerprint(),
+            fp,
             store,
             options,
             safe_mode=safe_mode,
             progress=progress.Progress(),
             onnx_folder=os.path.join(out, "onnx"),
+            scale=timing_flags.reference_scale(store, settings, fp),
         )
     print("| model | median ms | min ms | 95% CI ms | samples | noisy |")
     print("|---|---:|---:|---|---:|---|")

@@ -68,6 +68,7 @@ def run(sources, gs, safe_mode) -> None:
             log=bar.log,
             fuse=shared_flags.FUSE.value,
             onnx_folder=os.path.join(out, "onnx"),
+            reference=timing_flags.REFERENCE.value,
         )
     board.write_board(logdir, rep, details, graphs=GRAPHS.value)
     print()

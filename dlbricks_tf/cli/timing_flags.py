@@ -89,6 +89,16 @@ INPUT_COPIES = flags.DEFINE_integer(
     lower_bound=1,
 )
 
+REFERENCE = flags.DEFINE_bool(
+    "reference",
+    True,
+    "Read a fixed reference workload (compute- and memory-bound) right "
+    "before every batch of samples and scale the batch to this machine's "
+    "reference state, kept in --db: a slowdown of the host (hypervisor "
+    "steal, a neighbour) that hits a sample and its reference alike "
+    "cancels, so timings from other commands, shards and days agree.",
+)
+
 flags.register_multi_flags_validator(
     ["min_samples", "max_samples"],
     lambda f: f["min_samples"] <= f["max_samples"],
@@ -123,4 +133,15 @@ def options(settings=None):
         chain_order=CHAIN_ORDER.value,
         brick_max_samples=BRICK_MAX_SAMPLES.value,
         brick_max_seconds=BRICK_MAX_SECONDS.value,
+    )
+
+
+def reference_scale(store, settings, fingerprint):
+    """The reference scale of --reference (None without it)."""
+    if not REFERENCE.value:
+        return None
+    from dlbricks_tf.measuring import reference
+
+    return reference.ReferenceScale.for_store(
+        reference.Reference(), store, settings, fingerprint
     )
