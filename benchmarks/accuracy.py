@@ -41,6 +41,7 @@ from absl import app, flags, logging
 
 from benchmarks import sampling_flags
 from dlbricks_tf import corpus
+from dlbricks_tf.cli import timing_flags
 from dlbricks_tf.cutting import split as split_lib
 
 flags.adopt_module_key_flags(sampling_flags)  # Shown by --helpshort.
@@ -75,19 +76,6 @@ _SPLITS = flags.DEFINE_multi_enum(
     "How models are cut: plain (G layer calls) and/or fused (a "
     "convolution or dense layer stays with its BatchNormalization and "
     "activation; G counts such units). Repeat the flag for both.",
-)
-_PROTOCOL = flags.DEFINE_enum(
-    "protocol",
-    "chain",
-    ["chain", "loop"],
-    "How bricks are timed: in chains (one traced function for up to "
-    "--chain_links bricks) or one traced loop each.",
-)
-_CHAIN_LINKS = flags.DEFINE_integer(
-    "chain_links", 128, "Bricks per chain, at most.", lower_bound=1
-)
-_CHAIN_ORDER = flags.DEFINE_enum(
-    "chain_order", "model", ["model", "shuffled"], "Order of chained bricks."
 )
 _OUT = flags.DEFINE_string(
     "out", "dlbricks_out/accuracy", "Output folder (report, store)."
@@ -260,7 +248,7 @@ def main(argv: list[str]) -> None:
         sampling_flags.BATCH.value,
         intra_op_threads=sampling_flags.INTRA.value,
         inter_op_threads=sampling_flags.INTER.value,
-        protocol=_PROTOCOL.value,
+        protocol=timing_flags.PROTOCOL.value,
     )
     settings_lib.configure_threads(
         settings.intra_op_threads, settings.inter_op_threads
@@ -270,11 +258,7 @@ def main(argv: list[str]) -> None:
     from dlbricks_tf.reporting.report import format_report
     from dlbricks_tf.store import Store
 
-    options, brick_options = sampling_flags.options(
-        settings.protocol,
-        chain_links=_CHAIN_LINKS.value,
-        chain_order=_CHAIN_ORDER.value,
-    )
+    options, brick_options = sampling_flags.options(settings.protocol)
     out = Path(_OUT.value)
     out.mkdir(parents=True, exist_ok=True)
     fp = system_fingerprint()

@@ -21,26 +21,6 @@ _FOLDERS = ("dlbricks_tf", "tools", "benchmarks")
 
 # Names defined more than once today, each with the files that define it.
 REPEATED = {
-    "batch_size": [
-        "benchmarks/sampling_flags.py",
-        "dlbricks_tf/cli/shared_flags.py",
-    ],
-    "brick_max_samples": [
-        "benchmarks/sampling_flags.py",
-        "dlbricks_tf/cli/timing_flags.py",
-    ],
-    "brick_max_seconds": [
-        "benchmarks/sampling_flags.py",
-        "dlbricks_tf/cli/timing_flags.py",
-    ],
-    "chain_links": [
-        "benchmarks/accuracy.py",
-        "dlbricks_tf/cli/timing_flags.py",
-    ],
-    "chain_order": [
-        "benchmarks/accuracy.py",
-        "dlbricks_tf/cli/timing_flags.py",
-    ],
     "db": [
         "benchmarks/cover_eval.py",
         "benchmarks/predict_eval.py",
@@ -58,41 +38,23 @@ REPEATED = {
         "benchmarks/profile_gap.py",
         "benchmarks/setup_cost.py",
         "benchmarks/suite_sources.py",
-        "dlbricks_tf/cli/shared_flags.py",
-    ],
-    "input_copies": [
-        "benchmarks/sampling_flags.py",
-        "dlbricks_tf/cli/timing_flags.py",
-    ],
-    "inter_op_threads": [
-        "benchmarks/sampling_flags.py",
-        "dlbricks_tf/cli/shared_flags.py",
+        "dlbricks_tf/cli/model_flags.py",
     ],
     "intra_op_threads": [
         "benchmarks/instance_spread.py",
         "benchmarks/profile_gap.py",
-        "benchmarks/sampling_flags.py",
         "benchmarks/setup_cost.py",
         "benchmarks/timing_overhead.py",
-        "dlbricks_tf/cli/shared_flags.py",
+        "dlbricks_tf/cli/settings_flags.py",
     ],
     "json": ["benchmarks/cover_eval.py", "benchmarks/predict_eval.py"],
-    "max_samples": [
-        "benchmarks/sampling_flags.py",
-        "dlbricks_tf/cli/timing_flags.py",
-    ],
-    "max_seconds": [
-        "benchmarks/sampling_flags.py",
-        "dlbricks_tf/cli/timing_flags.py",
-    ],
     "mode": ["benchmarks/cover_eval.py", "dlbricks_tf/cli/shared_flags.py"],
     "models": [
         "benchmarks/analyze_corpus.py",
         "benchmarks/decompose_corpus.py",
-        "benchmarks/sampling_flags.py",
         "benchmarks/setup_cost.py",
         "benchmarks/suite_sources.py",
-        "dlbricks_tf/cli/shared_flags.py",
+        "dlbricks_tf/cli/model_flags.py",
     ],
     "out": [
         "benchmarks/accuracy.py",
@@ -100,29 +62,16 @@ REPEATED = {
         "benchmarks/ort_accuracy.py",
         "dlbricks_tf/cli/shared_flags.py",
     ],
-    "precision": [
-        "benchmarks/sampling_flags.py",
-        "dlbricks_tf/cli/timing_flags.py",
-    ],
     "probes": [
         "benchmarks/predict_eval.py",
         "dlbricks_tf/cli/bench_command.py",
     ],
-    "protocol": ["benchmarks/accuracy.py", "dlbricks_tf/cli/timing_flags.py"],
     "repeats": [
         "benchmarks/decompose_corpus.py",
         "benchmarks/instance_spread.py",
         "benchmarks/timing_overhead.py",
     ],
     "report": ["benchmarks/cover_eval.py", "benchmarks/predict_eval.py"],
-    "target_sample_ms": [
-        "benchmarks/sampling_flags.py",
-        "dlbricks_tf/cli/timing_flags.py",
-    ],
-    "weight_copies": [
-        "benchmarks/sampling_flags.py",
-        "dlbricks_tf/cli/timing_flags.py",
-    ],
 }
 
 
