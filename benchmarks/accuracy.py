@@ -23,6 +23,10 @@ The corpus: one keras.applications model per family (--models to choose,
 BERT-Mini, fresh weights, nothing downloaded), cut and timed at
 --sequence_length tokens.
 
+The models, G (--granularities, an alias of --granularity), the batch
+size, threads, sampling flags and --out are the command line's flags
+(`benchmarks.sampling_flags`), with defaults of their own here.
+
 Usage:
     python -m benchmarks.accuracy --models=ResNet50,MobileNetV2 \
         --granularities=1 --out=dlbricks_out/accuracy
@@ -39,12 +43,15 @@ from pathlib import Path
 
 from absl import app, flags, logging
 
-from benchmarks import sampling_flags
+from benchmarks import sampling_flags, sweep_flags
 from dlbricks_tf import corpus
-from dlbricks_tf.cli import timing_flags
+from dlbricks_tf.cli import model_flags, shared_flags, timing_flags
 from dlbricks_tf.cutting import split as split_lib
 
-flags.adopt_module_key_flags(sampling_flags)  # Shown by --helpshort.
+# Shown by --helpshort.
+flags.adopt_module_key_flags(sampling_flags)
+flags.adopt_module_key_flags(sweep_flags)
+flags.declare_key_flag("out")
 _HUB = flags.DEFINE_bool(
     "hub",
     False,
@@ -59,10 +66,6 @@ _LENGTH = flags.DEFINE_integer(
     "--hub: the sequence length the models are cut and timed at.",
     lower_bound=1,
 )
-_GRANULARITIES = flags.DEFINE_list(
-    "granularities", ["1", "2", "3", "4", "5", "6"], "Values of G."
-)
-
 _RECHECK = flags.DEFINE_integer(
     "recheck",
     10,
@@ -76,9 +79,6 @@ _SPLITS = flags.DEFINE_multi_enum(
     "How models are cut: plain (G layer calls) and/or fused (a "
     "convolution or dense layer stays with its BatchNormalization and "
     "activation; G counts such units). Repeat the flag for both.",
-)
-_OUT = flags.DEFINE_string(
-    "out", "dlbricks_out/accuracy", "Output folder (report, store)."
 )
 
 
@@ -231,12 +231,7 @@ def _drift(previous: dict[str, float], runs) -> dict:
 def main(argv: list[str]) -> None:
     if len(argv) > 1:
         raise app.UsageError(f"Unexpected arguments: {argv[1:]}")
-    try:
-        granularities = [int(g) for g in _GRANULARITIES.value]
-    except ValueError:
-        raise app.UsageError("--granularities must be integers.") from None
-    if any(g < 1 for g in granularities):
-        raise app.UsageError("--granularities must be 1 or more.")
+    granularities = model_flags.granularities()
     if _HUB.value and sampling_flags.ALL.value:
         raise app.UsageError("--hub and --all name two corpora: pick one.")
     sources = _sources()
@@ -259,7 +254,7 @@ def main(argv: list[str]) -> None:
     from dlbricks_tf.store import Store
 
     options, brick_options = sampling_flags.options(settings.protocol)
-    out = Path(_OUT.value)
+    out = Path(shared_flags.OUT.value)
     out.mkdir(parents=True, exist_ok=True)
     fp = system_fingerprint()
     report = job.new_report(fp, settings, brick_options)
@@ -282,4 +277,6 @@ def main(argv: list[str]) -> None:
 
 
 if __name__ == "__main__":
+    sweep_flags.set_default(["1", "2", "3", "4", "5", "6"])
+    flags.FLAGS.set_default("out", "dlbricks_out/accuracy")
     app.run(main)
