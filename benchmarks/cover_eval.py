@@ -44,25 +44,13 @@ from datetime import datetime
 
 from absl import app, flags
 
-from benchmarks import eval_flags, sweep_flags
+from benchmarks import eval_flags, figures, sweep_flags
 from dlbricks_tf.cli import model_flags, shared_flags
 
 # Shown by --helpshort.
 flags.adopt_module_key_flags(eval_flags)
 flags.adopt_module_key_flags(sweep_flags)
 flags.declare_key_flag("mode")
-
-
-def _geomean(values):
-    return math.exp(sum(math.log(v) for v in values) / len(values))
-
-
-def _summary(name, values):
-    within = sum(0.9 <= v <= 1.1 for v in values)
-    return (
-        f"| {name} | {within}/{len(values)} | {_geomean(values):.3f} "
-        f"| {min(values):.3f}-{max(values):.3f} |"
-    )
 
 
 def _passes(store, settings, fp, granularities):
@@ -231,15 +219,13 @@ def main(argv):
         print("| estimate | within 0.90-1.10 | geomean | range |")
         print("|---|---:|---:|---:|")
         for c in columns:
-            print(_summary(c, [r[field][c] for r in rows]))
+            print(figures.summary_row(c, [r[field][c] for r in rows]))
     print(
         f"\nCover time per model (dynamic programming, signatures and "
-        f"estimate; models already walked): median "
-        f"{1e3 * sorted(seconds)[len(seconds) // 2]:.0f} ms, max "
-        f"{1e3 * max(seconds):.0f} ms. From a model-config .json file "
-        f"(read, walked, covered, estimated; nothing timed): median "
-        f"{1e3 * sorted(from_file)[len(from_file) // 2]:.0f} ms, max "
-        f"{1e3 * max(from_file):.0f} ms"
+        f"estimate; models already walked): "
+        f"{figures.seconds_summary(seconds)}. From a model-config .json "
+        f"file (read, walked, covered, estimated; nothing timed): "
+        f"{figures.seconds_summary(from_file)}"
     )
     shutil.rmtree(tmp_configs)
     eval_flags.write_json(rows)

@@ -43,7 +43,6 @@ Usage:
 from __future__ import annotations
 
 import json
-import math
 import os
 import shutil
 import tempfile
@@ -51,7 +50,8 @@ import time
 
 from absl import app, flags
 
-from benchmarks import eval_flags
+from benchmarks import eval_flags, figures
+from dlbricks_tf import stats
 from dlbricks_tf.cli import model_flags
 
 # Shown by --helpshort.
@@ -73,18 +73,6 @@ _PROBES = flags.DEFINE_bool(
     "timed by `dlbricks bench --probes` into the same store), beside the "
     "other families'.",
 )
-
-
-def _geomean(values):
-    return math.exp(sum(math.log(v) for v in values) / len(values))
-
-
-def _median(values):
-    return sorted(values)[len(values) // 2]
-
-
-def _within(values):
-    return sum(0.9 <= v <= 1.1 for v in values)
 
 
 def _campaign_s(signatures, results, setup_s: float) -> float:
@@ -281,15 +269,17 @@ def main(argv):
         if not mine:
             continue
         cols = ("timed", "predicted", "mixed")
-        within = " / ".join(str(_within([r[c] for r in mine])) for c in cols)
+        within = " / ".join(
+            str(figures.within([r[c] for r in mine])) for c in cols
+        )
         means = " / ".join(
-            f"{_geomean([r[c] for r in mine]):.3f}" for c in cols
+            f"{stats.geomean([r[c] for r in mine]):.3f}" for c in cols
         )
         fams = {r["family"]: r for r in mine}
         new = sum(r["family_new_bricks"] for r in fams.values())
         total = sum(r["family_bricks"] for r in fams.values())
         saved = sum(r["family_saved_s"] for r in fams.values())
-        agree = _geomean([r["predicted"] / r["timed"] for r in mine])
+        agree = stats.geomean([r["predicted"] / r["timed"] for r in mine])
         print(
             f"| {fam} | {len(mine)} | {within} | {means} | {agree:.3f} "
             f"| {new} / {total} | {saved:.1f} |"
@@ -301,8 +291,8 @@ def main(argv):
         f"bounds for {inside}/{len(rows)} models. Fitting a predictor took "
         f"{min(fits):.1f}-{max(fits):.1f} s; estimating a model from its "
         f"config .json file (read, walked, cut, every brick predicted; "
-        f"nothing timed): median {1e3 * _median(times):.0f} ms, max "
-        f"{1e3 * max(times):.0f} ms. Setup per brick taken as "
+        f"nothing timed): {figures.seconds_summary(times)}. Setup per "
+        f"brick taken as "
         f"{1e3 * setup_s:.1f} ms."
     )
     if probe_graphs:
