@@ -23,6 +23,10 @@ The corpus: one keras.applications model per family (--models to choose,
 BERT-Mini, fresh weights, nothing downloaded), cut and timed at
 --sequence_length tokens.
 
+The models, G (--granularities, an alias of --granularity), the batch
+size, threads, sampling flags and --out are the command line's flags
+(`benchmarks.sampling_flags`), with defaults of their own here.
+
 Usage:
     python -m benchmarks.accuracy --models=ResNet50,MobileNetV2 \
         --granularities=1 --out=dlbricks_out/accuracy
@@ -39,11 +43,15 @@ from pathlib import Path
 
 from absl import app, flags, logging
 
-from benchmarks import sampling_flags
+from benchmarks import sampling_flags, sweep_flags
 from dlbricks_tf import corpus
+from dlbricks_tf.cli import model_flags, shared_flags, timing_flags
 from dlbricks_tf.cutting import split as split_lib
 
-flags.adopt_module_key_flags(sampling_flags)  # Shown by --helpshort.
+# Shown by --helpshort.
+flags.adopt_module_key_flags(sampling_flags)
+flags.adopt_module_key_flags(sweep_flags)
+flags.declare_key_flag("out")
 _HUB = flags.DEFINE_bool(
     "hub",
     False,
@@ -58,10 +66,6 @@ _LENGTH = flags.DEFINE_integer(
     "--hub: the sequence length the models are cut and timed at.",
     lower_bound=1,
 )
-_GRANULARITIES = flags.DEFINE_list(
-    "granularities", ["1", "2", "3", "4", "5", "6"], "Values of G."
-)
-
 _RECHECK = flags.DEFINE_integer(
     "recheck",
     10,
@@ -75,22 +79,6 @@ _SPLITS = flags.DEFINE_multi_enum(
     "How models are cut: plain (G layer calls) and/or fused (a "
     "convolution or dense layer stays with its BatchNormalization and "
     "activation; G counts such units). Repeat the flag for both.",
-)
-_PROTOCOL = flags.DEFINE_enum(
-    "protocol",
-    "chain",
-    ["chain", "loop"],
-    "How bricks are timed: in chains (one traced function for up to "
-    "--chain_links bricks) or one traced loop each.",
-)
-_CHAIN_LINKS = flags.DEFINE_integer(
-    "chain_links", 128, "Bricks per chain, at most.", lower_bound=1
-)
-_CHAIN_ORDER = flags.DEFINE_enum(
-    "chain_order", "model", ["model", "shuffled"], "Order of chained bricks."
-)
-_OUT = flags.DEFINE_string(
-    "out", "dlbricks_out/accuracy", "Output folder (report, store)."
 )
 
 
@@ -243,12 +231,7 @@ def _drift(previous: dict[str, float], runs) -> dict:
 def main(argv: list[str]) -> None:
     if len(argv) > 1:
         raise app.UsageError(f"Unexpected arguments: {argv[1:]}")
-    try:
-        granularities = [int(g) for g in _GRANULARITIES.value]
-    except ValueError:
-        raise app.UsageError("--granularities must be integers.") from None
-    if any(g < 1 for g in granularities):
-        raise app.UsageError("--granularities must be 1 or more.")
+    granularities = model_flags.granularities()
     if _HUB.value and sampling_flags.ALL.value:
         raise app.UsageError("--hub and --all name two corpora: pick one.")
     sources = _sources()
@@ -260,7 +243,7 @@ def main(argv: list[str]) -> None:
         sampling_flags.BATCH.value,
         intra_op_threads=sampling_flags.INTRA.value,
         inter_op_threads=sampling_flags.INTER.value,
-        protocol=_PROTOCOL.value,
+        protocol=timing_flags.PROTOCOL.value,
     )
     settings_lib.configure_threads(
         settings.intra_op_threads, settings.inter_op_threads
@@ -270,12 +253,8 @@ def main(argv: list[str]) -> None:
     from dlbricks_tf.reporting.report import format_report
     from dlbricks_tf.store import Store
 
-    options, brick_options = sampling_flags.options(
-        settings.protocol,
-        chain_links=_CHAIN_LINKS.value,
-        chain_order=_CHAIN_ORDER.value,
-    )
-    out = Path(_OUT.value)
+    options, brick_options = sampling_flags.options(settings.protocol)
+    out = Path(shared_flags.OUT.value)
     out.mkdir(parents=True, exist_ok=True)
     fp = system_fingerprint()
     report = job.new_report(fp, settings, brick_options)
@@ -298,4 +277,6 @@ def main(argv: list[str]) -> None:
 
 
 if __name__ == "__main__":
+    sweep_flags.set_default(["1", "2", "3", "4", "5", "6"])
+    flags.FLAGS.set_default("out", "dlbricks_out/accuracy")
     app.run(main)

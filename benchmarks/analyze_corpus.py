@@ -9,6 +9,9 @@ the paper's numbers (50 MXNet models: 10,815 layers, 1,529 unique, 14%).
     python benchmarks/analyze_corpus.py --models=ResNet50,VGG16 \
         --granularity=3 --out=/tmp/analysis
     tensorboard --logdir dlbricks_out/analysis/tensorboard
+
+--models, --granularity, --out and --db (or --store) are the command
+line's flags, with defaults of their own here.
 """
 
 from __future__ import annotations
@@ -26,39 +29,37 @@ from absl import app, flags  # noqa: E402
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from dlbricks_tf import corpus  # noqa: E402
-from dlbricks_tf.analyzing.analyze import PAPER_CORPUS, run_analysis  # noqa: E402
-from dlbricks_tf.reporting import summaries  # noqa: E402
+from dlbricks_tf.cli import model_flags, shared_flags  # noqa: E402
 
-_MODELS = flags.DEFINE_list(
-    "models", list(corpus.APPLICATIONS), "keras.applications names."
-)
-_GRANULARITY = flags.DEFINE_integer(
-    "granularity",
-    1,
-    "G of the similarity and reuse figures.",
-    lower_bound=1,
-)
-_OUT = flags.DEFINE_string("out", "./dlbricks_out/analysis", "Output folder.")
-_STORE = flags.DEFINE_string(
-    "store", None, "A results store, for the trade-off figures (optional)."
-)
+# The store of the trade-off figures (optional): --db, also --store here.
+flags.DEFINE_alias("store", "db")
+# Shown by --helpshort.
+for _name in ("models", "granularity", "out", "db"):
+    flags.declare_key_flag(_name)
 
 
 def main(argv: list[str]) -> None:
     if len(argv) > 1:
         raise app.UsageError(f"Unexpected arguments: {argv[1:]}")
-    unknown = [m for m in _MODELS.value if m not in corpus.APPLICATIONS]
+    names = model_flags.MODELS.value
+    unknown = [m for m in names if m not in corpus.APPLICATIONS]
     if unknown:
         raise app.UsageError(
             f"Unknown models {unknown}; choose from "
             f"{', '.join(corpus.APPLICATIONS)}."
         )
+    granularity = model_flags.one_granularity()
+    from dlbricks_tf.analyzing.analyze import PAPER_CORPUS, run_analysis
+    from dlbricks_tf.reporting import summaries
+
     models = {
-        name: functools.partial(corpus.application, name)
-        for name in _MODELS.value
+        name: functools.partial(corpus.application, name) for name in names
     }
     result = run_analysis(
-        models, _OUT.value, _GRANULARITY.value, store_path=_STORE.value
+        models,
+        shared_flags.OUT.value,
+        granularity,
+        store_path=shared_flags.DB.value,
     )
     c = result.corpus
     print("\nRepeatability of layer calls (G=1, unique = distinct brick")
@@ -115,4 +116,6 @@ def main(argv: list[str]) -> None:
 
 
 if __name__ == "__main__":
+    flags.FLAGS.set_default("models", list(corpus.APPLICATIONS))
+    flags.FLAGS.set_default("out", "./dlbricks_out/analysis")
     app.run(main)

@@ -24,9 +24,12 @@ the model timed in the same pass as its bricks: each brick's latency is
 set against the model's median of the pass that timed it (passes found
 from the bricks' commit times), so no G is favoured by when it ran.
 
+--db, --granularity (also --granularities) and --mode are the command
+line's flags; --report and --json those of `benchmarks.eval_flags`.
+
 Usage:
-    python -m benchmarks.cover_eval --db=/work/runs/acc13/store.sqlite \
-        --report=/work/runs/acc13/report.json
+    python -m benchmarks.cover_eval --db=dlbricks_out/accuracy/store.sqlite \
+        --report=dlbricks_out/accuracy/report.json
 """
 
 from __future__ import annotations
@@ -41,27 +44,13 @@ from datetime import datetime
 
 from absl import app, flags
 
-_DB = flags.DEFINE_string("db", None, "Store to read (copied first).")
-_REPORT = flags.DEFINE_string(
-    "report", None, "report.json of the run that wrote --db (optional)."
-)
-_GRANULARITIES = flags.DEFINE_list("granularities", ["1", "2", "3"], "G.")
-_MODE = flags.DEFINE_enum(
-    "mode", "sequential", ["sequential", "parallel"], "Estimate mode."
-)
-_JSON = flags.DEFINE_string("json", None, "Write the rows here too.")
+from benchmarks import eval_flags, figures, sweep_flags
+from dlbricks_tf.cli import model_flags, shared_flags
 
-
-def _geomean(values):
-    return math.exp(sum(math.log(v) for v in values) / len(values))
-
-
-def _summary(name, values):
-    within = sum(0.9 <= v <= 1.1 for v in values)
-    return (
-        f"| {name} | {within}/{len(values)} | {_geomean(values):.3f} "
-        f"| {min(values):.3f}-{max(values):.3f} |"
-    )
+# Shown by --helpshort.
+flags.adopt_module_key_flags(eval_flags)
+flags.adopt_module_key_flags(sweep_flags)
+flags.declare_key_flag("mode")
 
 
 def _passes(store, settings, fp, granularities):
@@ -104,8 +93,8 @@ def _matched(est_ms, plan, results, passes, measured_by_pass, model):
 def main(argv):
     if len(argv) > 1:
         raise app.UsageError(f"Unexpected arguments: {argv[1:]}")
-    if not _DB.value:
-        raise app.UsageError("--db is required.")
+    db = eval_flags.store_path()
+    mode = shared_flags.MODE.value
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
     from dlbricks_tf import corpus
     from dlbricks_tf.cutting import split
@@ -115,11 +104,11 @@ def main(argv):
     from dlbricks_tf.estimating import estimate as estimate_lib
     from dlbricks_tf.store import Store
 
-    gs = sorted(int(g) for g in _GRANULARITIES.value)
+    gs = sorted(model_flags.granularities())
     top = max(gs)
     by_pass = None
-    if _REPORT.value:
-        with open(_REPORT.value, encoding="utf-8") as f:
+    if eval_flags.REPORT.value:
+        with open(eval_flags.REPORT.value, encoding="utf-8") as f:
             report = json.load(f)
         by_pass = {
             (r["model"], r["granularity"]): r["measured_ms"]
@@ -127,7 +116,7 @@ def main(argv):
             if r.get("split", "plain") == "plain"
         }
     with tempfile.TemporaryDirectory() as tmp:
-        with Store(beyond.copy_store(_DB.value, tmp)) as store:
+        with Store(beyond.copy_store(db, tmp)) as store:
             settings, fp, results, measured = beyond.first_pair_timings(store)
             passes = (
                 _passes(store, settings, fp, gs) if by_pass is not None else {}
@@ -149,7 +138,7 @@ def main(argv):
         graph, factory = model_graph(config)
         cover_lib.cover_graph(
             graph, factory, results, max_granularity=top
-        ).estimate(results, _MODE.value)
+        ).estimate(results, mode)
         from_file.append(time.perf_counter() - start)
         graph, factory = model_graph(model)
         cutter = Cutter(graph, factory)
@@ -180,9 +169,9 @@ def main(argv):
             seconds.append(time.perf_counter() - start)
         for key, plan in plans.items():
             if isinstance(plan, cover_lib.Cover):
-                est = plan.estimate(results, _MODE.value)
+                est = plan.estimate(results, mode)
             else:
-                est = estimate_lib.estimate(plan, results, _MODE.value)
+                est = estimate_lib.estimate(plan, results, mode)
             row["normalized"][key] = est.ms / m
             row["bricks"][key] = est.bricks
             row["shares"][key] = {s.label: s.share for s in est.sources}
@@ -198,9 +187,9 @@ def main(argv):
     columns.append("chosen")
 
     print(
-        f"\nStore {_DB.value}: {settings.key()}, machine {fp.id}; "
+        f"\nStore {db}: {settings.key()}, machine {fp.id}; "
         f"{len(rows)} models; normalized = estimate / measured "
-        f"({_MODE.value})\n"
+        f"({mode})\n"
     )
     print(
         "| model | measured ms | "
@@ -230,20 +219,16 @@ def main(argv):
         print("| estimate | within 0.90-1.10 | geomean | range |")
         print("|---|---:|---:|---:|")
         for c in columns:
-            print(_summary(c, [r[field][c] for r in rows]))
+            print(figures.summary_row(c, [r[field][c] for r in rows]))
     print(
         f"\nCover time per model (dynamic programming, signatures and "
-        f"estimate; models already walked): median "
-        f"{1e3 * sorted(seconds)[len(seconds) // 2]:.0f} ms, max "
-        f"{1e3 * max(seconds):.0f} ms. From a model-config .json file "
-        f"(read, walked, covered, estimated; nothing timed): median "
-        f"{1e3 * sorted(from_file)[len(from_file) // 2]:.0f} ms, max "
-        f"{1e3 * max(from_file):.0f} ms"
+        f"estimate; models already walked): "
+        f"{figures.seconds_summary(seconds)}. From a model-config .json "
+        f"file (read, walked, covered, estimated; nothing timed): "
+        f"{figures.seconds_summary(from_file)}"
     )
     shutil.rmtree(tmp_configs)
-    if _JSON.value:
-        with open(_JSON.value, "w", encoding="utf-8") as f:
-            json.dump(rows, f, indent=1)
+    eval_flags.write_json(rows)
 
 
 def _chosen(rows, field):
@@ -262,4 +247,5 @@ def _chosen(rows, field):
 
 
 if __name__ == "__main__":
+    sweep_flags.set_default(["1", "2", "3"])
     app.run(main)

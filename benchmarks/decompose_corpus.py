@@ -9,7 +9,8 @@ takes to construct the same model, both measured in this run.
     python benchmarks/decompose_corpus.py --models=ResNet50,VGG16 --g=1,3
 
 Prints a per-model table and a per-G corpus table; writes them as JSON
-with --json_out.
+with --json_out. --models and G (--g, an alias of --granularity) are the
+command line's flags, with defaults of their own here.
 """
 
 from __future__ import annotations
@@ -25,19 +26,14 @@ from absl import app, flags
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from dlbricks_tf import corpus, decompose, stats  # noqa: E402
+from benchmarks import repeat_flags  # noqa: E402
+from dlbricks_tf import corpus  # noqa: E402
+from dlbricks_tf.cli import model_flags  # noqa: E402
 
-_MODELS = flags.DEFINE_list(
-    "models", list(corpus.APPLICATIONS), "keras.applications names."
-)
-_G = flags.DEFINE_list("g", ["1", "2", "3", "4", "5", "6"], "Granularities.")
-_REPEATS = flags.DEFINE_integer(
-    "repeats",
-    3,
-    "Rounds of one construction and one decomposition per G (the minimum "
-    "of each counts).",
-    lower_bound=1,
-)
+_G = flags.DEFINE_alias("g", "granularity")
+# Shown by --helpshort.
+for _name in ("models", "granularity", "repeats"):
+    flags.declare_key_flag(_name)
 _JSON_OUT = flags.DEFINE_string("json_out", None, "Write the figures here.")
 
 
@@ -49,13 +45,15 @@ def _timed(fn):
 
 
 def _model_figures(name: str, granularities: list[int]) -> dict:
+    from dlbricks_tf import decompose
+
     # Rounds of (construct, decompose at every G): this machine has slow
     # phases (2x for tens of seconds), and a ratio of two minima taken in
     # different phases would measure the phases. Each round samples both.
     construct_s = math.inf
     best = dict.fromkeys(granularities, math.inf)
     last = {}
-    for _ in range(_REPEATS.value):
+    for _ in range(repeat_flags.REPEATS.value):
         model = None  # Let the previous round's model go first.
         model, seconds = _timed(lambda: corpus.application(name))
         construct_s = min(construct_s, seconds)
@@ -100,16 +98,19 @@ def _linear_fit(xs: list[float], ys: list[float]) -> tuple[float, float]:
 
 def main(argv):
     del argv
-    granularities = [int(g) for g in _G.value]
+    from dlbricks_tf import stats
+
+    granularities = model_flags.granularities()
+    names = model_flags.MODELS.value
     # Pay TensorFlow's one-time start-up before anything is timed.
     corpus.application("MobileNetV3Small")
     figures = []
-    for i, name in enumerate(_MODELS.value, 1):
+    for i, name in enumerate(names, 1):
         f = _model_figures(name, granularities)
         figures.append(f)
         g1 = f["per_g"][0]
         print(
-            f"[{i}/{len(_MODELS.value)}] {name}: {f['calls']} calls, "
+            f"[{i}/{len(names)}] {name}: {f['calls']} calls, "
             f"{g1['unique']} unique at G={g1['granularity']}, construct "
             f"{f['construct_s']:.2f} s, decompose at most "
             f"{max(r['ratio'] for r in f['per_g']):.1%} of it",
@@ -190,4 +191,7 @@ def main(argv):
 
 
 if __name__ == "__main__":
+    flags.FLAGS.set_default("models", list(corpus.APPLICATIONS))
+    for _name in ("granularity", "g"):  # --help shows the alias's default.
+        flags.FLAGS.set_default(_name, ["1", "2", "3", "4", "5", "6"])
     app.run(main)

@@ -14,6 +14,9 @@ difference belongs to the traced instance, not to the moment it was
 sampled: a second run of the same brick cannot be expected to agree more
 closely than that, however many samples it takes.
 
+--intra_op_threads is the command line's flag, --repeats that of
+`benchmarks.repeat_flags`.
+
 Usage:
     python -m benchmarks.instance_spread --intra_op_threads=1
 """
@@ -24,14 +27,14 @@ import os
 
 from absl import app, flags
 
-_INTRA = flags.DEFINE_integer(
-    "intra_op_threads", None, "Intra-op threads (default: physical cores)."
-)
+from benchmarks import repeat_flags
+from dlbricks_tf.cli import settings_flags
+
+# Shown by --helpshort.
+for _name in ("intra_op_threads", "repeats"):
+    flags.declare_key_flag(_name)
 _INSTANCES = flags.DEFINE_integer(
     "instances", 10, "Fresh timers (traces) per brick.", lower_bound=2
-)
-_REPEATS = flags.DEFINE_integer(
-    "repeats", 3, "Measurements per timer.", lower_bound=1
 )
 
 
@@ -61,7 +64,7 @@ def main(argv: list[str]) -> None:
     from dlbricks_tf import settings as settings_lib
 
     settings = settings_lib.RunSettings.default(
-        1, intra_op_threads=_INTRA.value
+        1, intra_op_threads=settings_flags.INTRA.value
     )
     settings_lib.configure_threads(
         settings.intra_op_threads, settings.inter_op_threads
@@ -79,7 +82,7 @@ def main(argv: list[str]) -> None:
         for _ in range(_INSTANCES.value):
             timer = timing.Timer(model, settings, options)
             medians = []
-            for r in range(_REPEATS.value):
+            for r in range(repeat_flags.REPEATS.value):
                 if r:
                     timer.restart()
                 result = timing.time_interleaved([timer])[0]

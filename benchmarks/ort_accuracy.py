@@ -24,22 +24,15 @@ from pathlib import Path
 
 from absl import app, flags, logging
 
-from benchmarks import sampling_flags
+from benchmarks import sampling_flags, sweep_flags
+from dlbricks_tf.cli import model_flags, shared_flags
 
 flags.adopt_module_key_flags(sampling_flags)  # Shown by --helpshort.
-_GRANULARITIES = flags.DEFINE_list("granularities", ["1"], "Values of G.")
-
-_FUSE = flags.DEFINE_bool(
-    "fuse",
-    False,
-    "Keep a convolution or dense layer with its BatchNormalization and "
-    "activation in one brick (ONNX Runtime fuses them only in one graph).",
-)
+flags.adopt_module_key_flags(sweep_flags)
+_FUSE = shared_flags.FUSE
+_OUT = shared_flags.OUT
 _FRESH = flags.DEFINE_bool(
     "fresh", False, "Re-time every brick and model, even if stored."
-)
-_OUT = flags.DEFINE_string(
-    "out", "dlbricks_out/ort_accuracy", "Output folder (report, store, onnx)."
 )
 
 
@@ -105,12 +98,7 @@ def _run_granularity(g, sources, settings, fp, options, brick_options, store):
 def main(argv: list[str]) -> None:
     if len(argv) > 1:
         raise app.UsageError(f"Unexpected arguments: {argv[1:]}")
-    try:
-        granularities = [int(g) for g in _GRANULARITIES.value]
-    except ValueError:
-        raise app.UsageError("--granularities must be integers.") from None
-    if any(g < 1 for g in granularities):
-        raise app.UsageError("--granularities must be 1 or more.")
+    granularities = model_flags.granularities()
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
     from dlbricks_tf import job
     from dlbricks_tf import settings as settings_lib
@@ -160,4 +148,6 @@ def main(argv: list[str]) -> None:
 
 
 if __name__ == "__main__":
+    sweep_flags.set_default(["1"])
+    flags.FLAGS.set_default("out", "dlbricks_out/ort_accuracy")
     app.run(main)

@@ -32,15 +32,17 @@ first run of its chain: --setup_ms, by default the G=1 campaign's
 setup / bricks of --report, else 38.5 ms, that of the 13-model run of
 2026-11-30).
 
+--db and --granularity (one G) are the command line's flags; --report
+and --json those of `benchmarks.eval_flags`.
+
 Usage:
-    python -m benchmarks.predict_eval --db=/work/runs/acc40/store.sqlite
+    python -m benchmarks.predict_eval --db=dlbricks_out/accuracy/store.sqlite
     python -m benchmarks.predict_eval --db=... --noprobes
 """
 
 from __future__ import annotations
 
 import json
-import math
 import os
 import shutil
 import tempfile
@@ -48,21 +50,22 @@ import time
 
 from absl import app, flags
 
-_DB = flags.DEFINE_string("db", None, "Store to read (copied first).")
-_G = flags.DEFINE_integer("granularity", 1, "G of the bricks.", lower_bound=1)
+from benchmarks import eval_flags, figures
+from dlbricks_tf import stats
+from dlbricks_tf.cli import model_flags
+
+# Shown by --helpshort.
+flags.adopt_module_key_flags(eval_flags)
+flags.declare_key_flag("granularity")
 _METHOD = flags.DEFINE_enum(
     "method",
     "kinds",
     ["kinds", "efficiency", "trees", "hybrid", "roofline"],
     "Predictor (dlbricks_tf.estimating.predict.METHODS).",
 )
-_REPORT = flags.DEFINE_string(
-    "report", None, "report.json of the run (for the setup cost per brick)."
-)
 _SETUP_MS = flags.DEFINE_float(
     "setup_ms", None, "Campaign setup per brick, ms (see the docstring)."
 )
-_JSON = flags.DEFINE_string("json", None, "Write the rows here too.")
 _PROBES = flags.DEFINE_bool(
     "probes",
     True,
@@ -70,18 +73,6 @@ _PROBES = flags.DEFINE_bool(
     "timed by `dlbricks bench --probes` into the same store), beside the "
     "other families'.",
 )
-
-
-def _geomean(values):
-    return math.exp(sum(math.log(v) for v in values) / len(values))
-
-
-def _median(values):
-    return sorted(values)[len(values) // 2]
-
-
-def _within(values):
-    return sum(0.9 <= v <= 1.1 for v in values)
 
 
 def _campaign_s(signatures, results, setup_s: float) -> float:
@@ -97,14 +88,14 @@ def _campaign_s(signatures, results, setup_s: float) -> float:
     )
 
 
-def _setup_ms() -> float:
+def _setup_ms(g: int) -> float:
     if _SETUP_MS.value is not None:
         return _SETUP_MS.value
-    if _REPORT.value:
-        with open(_REPORT.value, encoding="utf-8") as f:
+    if eval_flags.REPORT.value:
+        with open(eval_flags.REPORT.value, encoding="utf-8") as f:
             corpus = json.load(f)["corpus"]
         for c in corpus:
-            if c["granularity"] == _G.value and c.get("bricks_timed"):
+            if c["granularity"] == g and c.get("bricks_timed"):
                 return 1e3 * c["campaign_setup_s"] / c["bricks_timed"]
     return 38.5
 
@@ -112,8 +103,8 @@ def _setup_ms() -> float:
 def main(argv):
     if len(argv) > 1:
         raise app.UsageError(f"Unexpected arguments: {argv[1:]}")
-    if not _DB.value:
-        raise app.UsageError("--db is required.")
+    db = eval_flags.store_path()
+    g = model_flags.one_granularity()
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
     from dlbricks_tf import corpus
     from dlbricks_tf.corpus import family
@@ -124,10 +115,9 @@ def main(argv):
     from dlbricks_tf.estimating import predict as predict_lib
     from dlbricks_tf.store import Store
 
-    g = _G.value
-    setup_s = _setup_ms() / 1e3
+    setup_s = _setup_ms(g) / 1e3
     with tempfile.TemporaryDirectory() as tmp:
-        with Store(beyond.copy_store(_DB.value, tmp)) as store:
+        with Store(beyond.copy_store(db, tmp)) as store:
             settings, fp, results, measured = beyond.first_pair_timings(store)
     measured = {m: t for m, t in measured.items() if m in corpus.APPLICATIONS}
     graphs = {}
@@ -248,7 +238,7 @@ def main(argv):
         print(f"{fam}: {len(data)} bricks learnt from", flush=True)
 
     print(
-        f"\nStore {_DB.value}: {settings.key()}, machine {fp.id}, G={g}, "
+        f"\nStore {db}: {settings.key()}, machine {fp.id}, G={g}, "
         f"predictor {_METHOD.value}, "
         f"{'with' if probe_graphs else 'without'} probes; "
         f"normalized = estimate / measured\n"
@@ -279,15 +269,17 @@ def main(argv):
         if not mine:
             continue
         cols = ("timed", "predicted", "mixed")
-        within = " / ".join(str(_within([r[c] for r in mine])) for c in cols)
+        within = " / ".join(
+            str(figures.within([r[c] for r in mine])) for c in cols
+        )
         means = " / ".join(
-            f"{_geomean([r[c] for r in mine]):.3f}" for c in cols
+            f"{stats.geomean([r[c] for r in mine]):.3f}" for c in cols
         )
         fams = {r["family"]: r for r in mine}
         new = sum(r["family_new_bricks"] for r in fams.values())
         total = sum(r["family_bricks"] for r in fams.values())
         saved = sum(r["family_saved_s"] for r in fams.values())
-        agree = _geomean([r["predicted"] / r["timed"] for r in mine])
+        agree = stats.geomean([r["predicted"] / r["timed"] for r in mine])
         print(
             f"| {fam} | {len(mine)} | {within} | {means} | {agree:.3f} "
             f"| {new} / {total} | {saved:.1f} |"
@@ -299,8 +291,8 @@ def main(argv):
         f"bounds for {inside}/{len(rows)} models. Fitting a predictor took "
         f"{min(fits):.1f}-{max(fits):.1f} s; estimating a model from its "
         f"config .json file (read, walked, cut, every brick predicted; "
-        f"nothing timed): median {1e3 * _median(times):.0f} ms, max "
-        f"{1e3 * max(times):.0f} ms. Setup per brick taken as "
+        f"nothing timed): {figures.seconds_summary(times)}. Setup per "
+        f"brick taken as "
         f"{1e3 * setup_s:.1f} ms."
     )
     if probe_graphs:
@@ -309,9 +301,7 @@ def main(argv):
             f"about {probe_s:.1f} s."
         )
     shutil.rmtree(folder)
-    if _JSON.value:
-        with open(_JSON.value, "w", encoding="utf-8") as f:
-            json.dump(rows, f, indent=1)
+    eval_flags.write_json(rows)
 
 
 if __name__ == "__main__":

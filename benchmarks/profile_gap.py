@@ -8,6 +8,9 @@ time per model call: the whole model's, the chain's weighted by each brick's
 count in the model, and their ratio. The op types where the two differ are
 what the estimate misses (or counts twice).
 
+--granularity (one G) and --intra_op_threads (1 by default here) are the
+command line's flags.
+
 Usage:
     python -m benchmarks.profile_gap --model=MobileNetV3Small \
         --intra_op_threads=1 --granularity=1
@@ -23,12 +26,13 @@ import tempfile
 
 from absl import app, flags
 
+from dlbricks_tf.cli import model_flags, settings_flags
+
+# Shown by --helpshort.
+for _name in ("granularity", "intra_op_threads"):
+    flags.declare_key_flag(_name)
 _MODEL = flags.DEFINE_string(
     "model", "MobileNetV3Small", "keras.applications model name."
-)
-_G = flags.DEFINE_integer("granularity", 1, "G.", lower_bound=1)
-_INTRA = flags.DEFINE_integer(
-    "intra_op_threads", 1, "Intra-op threads.", lower_bound=1
 )
 _ITERATIONS = flags.DEFINE_integer(
     "iterations", 20, "Model calls (chain iterations) profiled.", lower_bound=1
@@ -83,11 +87,12 @@ def _profile(fn) -> list[tuple[str, str, float]]:
 def main(argv: list[str]) -> None:
     if len(argv) > 1:
         raise app.UsageError(f"Unexpected arguments: {argv[1:]}")
+    g = model_flags.one_granularity()
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
     from dlbricks_tf import settings as settings_lib
 
     settings = settings_lib.RunSettings.default(
-        1, intra_op_threads=_INTRA.value
+        1, intra_op_threads=settings_flags.INTRA.value
     )
     settings_lib.configure_threads(settings.intra_op_threads, 1)
     from dlbricks_tf import corpus
@@ -98,7 +103,7 @@ def main(argv: list[str]) -> None:
 
     name, n = _MODEL.value, _ITERATIONS.value
     model = corpus.application(name)
-    d = decompose(model, _G.value)
+    d = decompose(model, g)
     suite = suite_lib.build_suite({name: d})
     timer = timing.Timer(model, settings)
     timer.sample()  # Traces and warms up.
@@ -132,7 +137,7 @@ def main(argv: list[str]) -> None:
         rows.append((abs(w - c), op, w, c))
     rows.sort(reverse=True)
     print(
-        f"{name} G={_G.value}, intra {settings.intra_op_threads}: us per "
+        f"{name} G={g}, intra {settings.intra_op_threads}: us per "
         "model call, ops of the chained bricks weighted by their counts"
     )
     print("| op type | whole model us | chained bricks us | ratio |")
@@ -145,4 +150,5 @@ def main(argv: list[str]) -> None:
 
 
 if __name__ == "__main__":
+    flags.FLAGS.set_default("intra_op_threads", 1)
     app.run(main)

@@ -9,6 +9,9 @@ This script runs `dlbricks_tf.measuring.campaign.time_chains` on the unique
 bricks of the given models, with three samples per chain, and prints the
 seconds of each part per unique brick (wall-clock, this process alone).
 
+--models, --granularity (one G) and --intra_op_threads (1 by default
+here) are the command line's flags.
+
 Usage:
     python -m benchmarks.setup_cost --models=MobileNetV2,EfficientNetB0 \
         --granularity=1 --intra_op_threads=1
@@ -23,14 +26,11 @@ import time
 
 from absl import app, flags
 
-_MODELS = flags.DEFINE_list(
-    "models", ["MobileNetV2", "ResNet50", "EfficientNetB0"],
-    "keras.applications model names.",
-)  # fmt: skip
-_G = flags.DEFINE_integer("granularity", 1, "G.", lower_bound=1)
-_INTRA = flags.DEFINE_integer(
-    "intra_op_threads", 1, "Intra-op threads.", lower_bound=1
-)
+from dlbricks_tf.cli import model_flags, settings_flags
+
+# Shown by --helpshort.
+for _name in ("models", "granularity", "intra_op_threads"):
+    flags.declare_key_flag(_name)
 
 _LIVE = flags.DEFINE_bool(
     "live_layers",
@@ -62,12 +62,14 @@ def _timed(owner, name: str, seconds: collections.Counter, part: str):
 
 def main(argv: list[str]) -> None:
     del argv
+    g = model_flags.one_granularity()
+    intra = settings_flags.INTRA.value
     from dlbricks_tf import settings as settings_lib
 
     settings = settings_lib.RunSettings(
-        batch_size=1, intra_op_threads=_INTRA.value, inter_op_threads=1
+        batch_size=1, intra_op_threads=intra, inter_op_threads=1
     )
-    settings_lib.configure_threads(_INTRA.value, 1)
+    settings_lib.configure_threads(intra, 1)
 
     from dlbricks_tf import corpus
     from dlbricks_tf.cutting import brick, synthetic
@@ -76,9 +78,9 @@ def main(argv: list[str]) -> None:
     from dlbricks_tf.measuring.timing import TimingOptions
 
     bricks, sources = {}, {}
-    for name in _MODELS.value:
+    for name in model_flags.MODELS.value:
         model = corpus.application(name)
-        for b in decompose(model, _G.value).bricks:
+        for b in decompose(model, g).bricks:
             bricks.setdefault(b.signature, b)
             sources.setdefault(b.signature, model if _LIVE.value else None)
         del model
@@ -121,8 +123,8 @@ def main(argv: list[str]) -> None:
         total = time.perf_counter() - start
     n = len(chained)
     print(
-        f"{n} unique bricks of {', '.join(_MODELS.value)} at G={_G.value}, "
-        f"{_INTRA.value} intra-op thread(s), {summary.chains} chain(s)\n"
+        f"{n} unique bricks of {', '.join(model_flags.MODELS.value)} at "
+        f"G={g}, {intra} intra-op thread(s), {summary.chains} chain(s)\n"
     )
     print("| part | ms per unique brick |")
     print("|---|---:|")
@@ -141,4 +143,8 @@ def main(argv: list[str]) -> None:
 
 
 if __name__ == "__main__":
+    flags.FLAGS.set_default(
+        "models", ["MobileNetV2", "ResNet50", "EfficientNetB0"]
+    )
+    flags.FLAGS.set_default("intra_op_threads", 1)
     app.run(main)

@@ -8,6 +8,8 @@ both ways in alternating chains campaigns, and prints for each way the
 campaign's wall-clock and the models' estimates, and the ratio of the two
 ways' estimates (1.0: equally faithful).
 
+--models and --granularity (one G) are the command line's flags.
+
 Usage:
     python -m benchmarks.suite_sources --models=MobileNetV2,ResNet50
 """
@@ -20,10 +22,11 @@ import time
 
 from absl import app, flags
 
-_MODELS = flags.DEFINE_list(
-    "models", ["MobileNetV2"], "keras.applications model names."
-)
-_G = flags.DEFINE_integer("granularity", 1, "G.", lower_bound=1)
+from dlbricks_tf.cli import model_flags
+
+# Shown by --helpshort.
+for _name in ("models", "granularity"):
+    flags.declare_key_flag(_name)
 _ROUNDS = flags.DEFINE_integer(
     "rounds", 2, "Campaigns per way, alternating.", lower_bound=1
 )
@@ -32,6 +35,7 @@ _ROUNDS = flags.DEFINE_integer(
 def main(argv: list[str]) -> None:
     if len(argv) > 1:
         raise app.UsageError(f"Unexpected arguments: {argv[1:]}")
+    g = model_flags.one_granularity()
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
     from dlbricks_tf import settings as settings_lib
 
@@ -46,15 +50,15 @@ def main(argv: list[str]) -> None:
     from dlbricks_tf.store import Store
 
     decompositions = {
-        name: decompose(corpus.application(name), _G.value)
-        for name in _MODELS.value
+        name: decompose(corpus.application(name), g)
+        for name in model_flags.MODELS.value
     }
     suite = suite_lib.build_suite(decompositions)
     fp = system_fingerprint()
     wall = {"keras": [], "saved_model": []}
     estimates = {"keras": {}, "saved_model": {}}
     with tempfile.TemporaryDirectory() as folder:
-        export.export_suite(suite, folder, granularity=_G.value)
+        export.export_suite(suite, folder, granularity=g)
         loaded = suite_dir.load_suite(folder)
         for _ in range(_ROUNDS.value):
             for source in wall:
@@ -73,8 +77,8 @@ def main(argv: list[str]) -> None:
                     ms = estimate_lib.estimate(d, results).ms
                     estimates[source].setdefault(name, []).append(ms)
     print(
-        f"{len(suite)} unique bricks of {', '.join(_MODELS.value)} at "
-        f"G={_G.value}, {settings.key()}, {_ROUNDS.value} campaign(s) each"
+        f"{len(suite)} unique bricks of {', '.join(decompositions)} at "
+        f"G={g}, {settings.key()}, {_ROUNDS.value} campaign(s) each"
     )
     print("| bricks from | campaign s (each) | " + " | ".join(
         f"{n} ms" for n in decompositions) + " |")  # fmt: skip
@@ -94,4 +98,5 @@ def main(argv: list[str]) -> None:
 
 
 if __name__ == "__main__":
+    flags.FLAGS.set_default("models", ["MobileNetV2"])
     app.run(main)

@@ -9,6 +9,9 @@ times and is not hoisted; the last column is what one call per timing
 (dispatch included) would overshoot by. Medians of --repeats calls, all in
 one process.
 
+--intra_op_threads is the command line's flag, --repeats (15 by default
+here) that of `benchmarks.repeat_flags`.
+
 Usage:
     python -m benchmarks.timing_overhead --intra_op_threads=2
 """
@@ -19,10 +22,12 @@ import os
 
 from absl import app, flags
 
-_INTRA = flags.DEFINE_integer(
-    "intra_op_threads", None, "Intra-op threads (default: physical cores)."
-)
-_REPEATS = flags.DEFINE_integer("repeats", 15, "Calls per median.")
+from benchmarks import repeat_flags
+from dlbricks_tf.cli import settings_flags
+
+# Shown by --helpshort.
+for _name in ("intra_op_threads", "repeats"):
+    flags.declare_key_flag(_name)
 _KS = flags.DEFINE_list("ks", ["1", "10", "100", "1000"], "Values of K.")
 _JIT = flags.DEFINE_bool("jit_compile", False, "Compile with XLA.")
 
@@ -51,7 +56,9 @@ def main(argv: list[str]) -> None:
     from dlbricks_tf import settings as settings_lib
 
     settings = settings_lib.RunSettings.default(
-        1, intra_op_threads=_INTRA.value, jit_compile=_JIT.value
+        1,
+        intra_op_threads=settings_flags.INTRA.value,
+        jit_compile=_JIT.value,
     )
     settings_lib.configure_threads(
         settings.intra_op_threads, settings.inter_op_threads
@@ -60,6 +67,7 @@ def main(argv: list[str]) -> None:
     from dlbricks_tf.measuring import timing, timing_loop
 
     ks = [int(k) for k in _KS.value]
+    repeats = repeat_flags.REPEATS.value
     print(f"settings {settings.key()}")
     loop_ms = timing_loop.loop_overhead_ms(settings)
     print(f"loop overhead per call: {loop_ms * 1e3:.2f} us")
@@ -71,9 +79,9 @@ def main(argv: list[str]) -> None:
         timer.sample()  # Trace, warm up, calibrate.
         per_call = []
         for k in ks:
-            ms = stats.median([timer.run_ms(k) for _ in range(_REPEATS.value)])
+            ms = stats.median([timer.run_ms(k) for _ in range(repeats)])
             per_call.append((ms - timer.dispatch_ms) / k)
-        naive = stats.median([timer.run_ms(1) for _ in range(_REPEATS.value)])
+        naive = stats.median([timer.run_ms(1) for _ in range(repeats)])
         cells = " | ".join(f"{p * 1e3:.1f}" for p in per_call)
         print(
             f"| {model.name} | {timer.dispatch_ms * 1e3:.0f} | {cells} "
@@ -82,4 +90,5 @@ def main(argv: list[str]) -> None:
 
 
 if __name__ == "__main__":
+    flags.FLAGS.set_default("repeats", 15)
     app.run(main)

@@ -101,7 +101,7 @@ def bench(sources, gs, safe_mode) -> None:
     out, db, _ = outputs.paths()
     shard = _shard()
     settings = startup.start_backend()
-    _, brick_options = timing_flags.options(settings)
+    _, brick_options = timing_flags.options(settings.protocol)
     fp = system_fingerprint()
     build = None
     if settings.backend == "onnxruntime":
@@ -156,7 +156,7 @@ def _bench_suite_dir(folder: str) -> None:
     suite = suite_dir.load_suite(folder)  # Checks every file's hash.
     shard = _shard()
     settings = startup.start_backend()
-    _, brick_options = timing_flags.options(settings)
+    _, brick_options = timing_flags.options(settings.protocol)
     fp = system_fingerprint()
     part = f"{len(suite)} bricks"
     if shard.count > 1:

@@ -19,7 +19,7 @@ def measure(sources, gs, safe_mode) -> None:
 
     out, db, _ = outputs.paths()
     settings = startup.start_backend()
-    options, _ = timing_flags.options(settings)
+    options, _ = timing_flags.options(settings.protocol)
     with outputs.open_store(db) as store:
         fp = system_fingerprint()
         measured = job.measure_models(

@@ -42,7 +42,7 @@ def run(sources, gs, safe_mode) -> None:
     out, db, logdir = outputs.paths()
     outputs.make_dirs(out, logdir)
     settings = startup.start_backend()
-    options, brick_options = timing_flags.options(settings)
+    options, brick_options = timing_flags.options(settings.protocol)
     names = ", ".join(s.name for s in sources)
     print(
         f"dlbricks run: {names} at G={','.join(map(str, gs))}, batch "

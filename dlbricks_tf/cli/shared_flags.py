@@ -1,44 +1,29 @@
-"""Flags that several commands share: the models, G, settings, files.
+"""Flags that several commands share: how models are read and cut, files.
 
 What a flag means for one command only is defined in that command's
 module; the timing flags are in `timing_flags`, the limits on files read
-in `limit_flags`.
+in `limit_flags`. --models and --granularity are defined in `model_flags`,
+the batch size and thread pools in `settings_flags` (the benchmark scripts
+take those without this module's other flags); they are readable here too.
 """
 
 from __future__ import annotations
 
-import os
-
 from absl import app, flags
 
-MODELS = flags.DEFINE_list(
-    "models",
-    None,
-    "Comma list of keras.applications names or .keras/.h5/.json model "
-    "files (default: dlbricks_tf.job.DEFAULT_MODELS, i.e. MobileNetV2, "
-    "ResNet50, EfficientNetB0; for analyze, the 40 keras.applications).",
-)
-GRANULARITY = flags.DEFINE_list(
-    "granularity",
-    ["1"],
-    "G, the most layer calls per brick: one value or a comma list (a sweep).",
-)
+from dlbricks_tf.cli.model_flags import GRANULARITY as GRANULARITY
+from dlbricks_tf.cli.model_flags import MODELS as MODELS
+from dlbricks_tf.cli.model_flags import granularities as granularities
+from dlbricks_tf.cli.settings_flags import BATCH as BATCH
+from dlbricks_tf.cli.settings_flags import INTER as INTER
+from dlbricks_tf.cli.settings_flags import INTRA as INTRA
+
 FUSE = flags.DEFINE_bool(
     "fuse",
     False,
     "Cut models into fusion units: a convolution or dense layer stays with "
     "the BatchNormalization and activation TensorFlow fuses into it, and G "
     "counts such units. Bench and estimate with the same value.",
-)
-BATCH = flags.DEFINE_integer("batch_size", 1, "Batch size.", lower_bound=1)
-INTRA = flags.DEFINE_integer(
-    "intra_op_threads",
-    None,
-    "Threads one op may use (default: the physical cores).",
-    lower_bound=1,
-)
-INTER = flags.DEFINE_integer(
-    "inter_op_threads", 1, "Ops that may run at once.", lower_bound=1
 )
 OUT = flags.DEFINE_string(
     "out", "dlbricks_out", "Output folder (store, report.json, TensorBoard)."
@@ -103,42 +88,6 @@ BACKEND = flags.DEFINE_enum(
     "the suite's SavedModels or ONNX files), estimate and report read the "
     "results timed with it.",
 )
-
-
-def granularities(values: list[str] | None = None) -> list[int]:
-    """--granularity as integers (or `values`, a list of strings)."""
-    return [int(v) for v in (GRANULARITY.value if values is None else values)]
-
-
-def _valid_granularity(values: list[str]) -> bool:
-    try:
-        return bool(values) and all(g >= 1 for g in granularities(values))
-    except ValueError:
-        return False
-
-
-flags.register_validator(
-    "granularity",
-    _valid_granularity,
-    message="--granularity must be integers of 1 or more, e.g. 1 or 1,2,3.",
-)
-
-
-def _usable_cpus() -> int:
-    """CPUs this process may run on (its affinity), at least 1."""
-    try:
-        return len(os.sched_getaffinity(0)) or 1
-    except (AttributeError, OSError):
-        return os.cpu_count() or 1
-
-
-for _name in ("intra_op_threads", "inter_op_threads"):
-    flags.register_validator(
-        _name,
-        lambda v: v is None or v <= _usable_cpus(),
-        message=f"--{_name} must be at most the {_usable_cpus()} CPUs this "
-        "process may use",
-    )
 
 
 def input_shapes() -> dict[str, tuple[int, ...]] | None:

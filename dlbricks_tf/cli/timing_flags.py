@@ -1,7 +1,8 @@
 """Flags of how bricks and models are timed (run, bench, measure).
 
 `options()` turns them into `TimingOptions` of whole models and of bricks
-(`dlbricks_tf.measuring.sampling.model_and_brick_options`).
+(`dlbricks_tf.measuring.sampling.model_and_brick_options`). The accuracy
+benchmarks take the same flags (`benchmarks.sampling_flags`).
 """
 
 from __future__ import annotations
@@ -72,6 +73,21 @@ TARGET_MS = flags.DEFINE_float(
     "Duration of one sample (K calls in one graph), ms.",
     lower_bound=0.01,
 )
+SAMPLES_PER_CALL = flags.DEFINE_integer(
+    "samples_per_call",
+    20,
+    "Samples one call of a traced timing loop takes (whole models; bricks "
+    "with --protocol=loop), at most; fewer when they would last over 40 "
+    "ms, so that interleaved timers take turns.",
+    lower_bound=1,
+)
+ABSOLUTE_MS = flags.DEFINE_float(
+    "absolute_precision_ms",
+    0.001,
+    "Also stop sampling once the median's 95% CI half-width is within "
+    "this many ms (a tiny brick need not be known to --precision).",
+    lower_bound=0.0,
+)
 WEIGHT_COPIES = flags.DEFINE_integer(
     "weight_copies",
     1,
@@ -111,22 +127,24 @@ def protocol(backend: str) -> str | None:
     return PROTOCOL.value if backend == "tf" else None
 
 
-def options(settings=None):
+def options(protocol: str | None = None):
     """(options of whole models, options of bricks) from the flags.
 
     Args:
-        settings: The `RunSettings` timed: their protocol (ONNX Runtime
-            times each brick alone) picks the bricks' caps; None: --protocol.
+        protocol: How bricks are timed, "chain" or "loop" (None: --protocol;
+            ONNX Runtime always times them in loops).
     """
     from dlbricks_tf.measuring import sampling
 
     return sampling.model_and_brick_options(
-        settings.protocol if settings is not None else PROTOCOL.value,
+        protocol or PROTOCOL.value,
         precision=PRECISION.value,
+        absolute_precision_ms=ABSOLUTE_MS.value,
         min_samples=MIN_SAMPLES.value,
         max_samples=MAX_SAMPLES.value,
         max_seconds=MAX_SECONDS.value,
         target_sample_ms=TARGET_MS.value,
+        samples_per_call=SAMPLES_PER_CALL.value,
         weight_copies=WEIGHT_COPIES.value,
         input_copies=INPUT_COPIES.value,
         chain_links=CHAIN_LINKS.value,
