@@ -12,7 +12,10 @@ with its reason, under the same key as a result (`put_failure`); it does
 not count as stored, so a rerun tries it again, and a result stored later
 replaces the failure. A store of schema version 1 (before failures were
 recorded) gains the table on first open, in one transaction, and keeps
-every result.
+every result; one of a schema before 4 gains the means' columns
+(`mean_ms`, `mean_half_ms`), NULL in its rows: their estimates add medians,
+as they did when they were written. The reference state of each machine
+and settings (`dlbricks_tf.measuring.reference`) has a table of its own.
 
 An existing file is inspected, without writing, before anything is
 written to it: a folder, a file that is not SQLite, an SQLite database of
@@ -57,7 +60,9 @@ _T = TypeVar("_T")
 
 # 1: results only. 2: adds `brick_failures`. 3: adds `predictors` (an
 # older file is upgraded in place when opened, see `_init_schema`).
-SCHEMA_VERSION = 3
+SCHEMA_VERSION = 4
+# Columns a schema added to both results tables (older rows hold NULL).
+_ADDED_COLUMNS = {4: ("mean_ms REAL", "mean_half_ms REAL")}
 # Back-off between attempts of a write that found the database locked: the
 # busy timeout already waited, so these cover what it does not (a lock
 # taken while a snapshot was upgraded, a journal-mode switch).
@@ -77,6 +82,8 @@ _STATS = (
     "calls_per_sample",
     "dispatch_ms",
     "loop_overhead_ms",
+    "mean_ms",
+    "mean_half_ms",
 )
 _STATS_DDL = """
     min_ms REAL NOT NULL, median_ms REAL NOT NULL,
@@ -85,6 +92,7 @@ _STATS_DDL = """
     ci_high_ms REAL NOT NULL, noisy INTEGER NOT NULL,
     calls_per_sample INTEGER NOT NULL, dispatch_ms REAL NOT NULL,
     loop_overhead_ms REAL NOT NULL,
+    mean_ms REAL, mean_half_ms REAL,
     created TEXT NOT NULL DEFAULT (strftime('%Y-%m-%dT%H:%M:%fZ', 'now'))
 """
 _SCHEMA = f"""
@@ -218,7 +226,7 @@ class Store:
             # Tables of a store whose creation was cut short are ours too.
             foreign = tables - {"meta", "settings", "fingerprints"}
             foreign -= {table for table, _ in _TABLES.values()}
-            foreign -= {_FAILURES, _PREDICTORS}
+            foreign -= {_FAILURES, _PREDICTORS, "reference_states"}
             if (foreign and version is None) or (
                 version is not None and not version.isdigit()
             ):
@@ -294,6 +302,18 @@ class Store:
             return
         self._check_version(int(row[0]))  # Again: a writer may be newer.
         if int(row[0]) < SCHEMA_VERSION:
+            for version, columns in _ADDED_COLUMNS.items():
+                if int(row[0]) >= version:
+                    continue
+                for table, _ in _TABLES.values():
+                    have = {
+                        r[1] for r in db.execute(f"PRAGMA table_info({table})")
+                    }
+                    for column in columns:
+                        if column.split()[0] not in have:
+                            db.execute(
+                                f"ALTER TABLE {table} ADD COLUMN {column}"
+                            )
             # It has just gained the tables it lacked (CREATE ... IF NOT
             # EXISTS above, same transaction): it is now of this version.
             # A store already of this version is not written to at all.

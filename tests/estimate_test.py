@@ -47,7 +47,37 @@ def test_statistic_picks_what_is_summed():
     est = estimate_lib.estimate(_DIAMOND, _RESULTS, statistic="min")
     assert est.ms == pytest.approx(0.8 * 11)
     with pytest.raises(ValueError, match="statistic"):
-        estimate_lib.estimate(_DIAMOND, _RESULTS, statistic="mean")
+        estimate_lib.estimate(_DIAMOND, _RESULTS, statistic="mode")
+
+
+def test_mean_is_summed_with_its_interval_and_median_without_one():
+    # Timings with a mean add their means and their means' intervals;
+    # one stored without a mean (an older store) adds its median and
+    # median interval, as estimates did when it was written.
+    results = {
+        "a": Timing(
+            1, 1, 1, 9, 20, 0.9, 1.1, False, mean_ms=1.5, mean_half_ms=0.2
+        ),
+        "b": _timing(5.0),
+        "c": Timing(
+            2, 2, 2, 9, 20, 1.8, 2.2, False, mean_ms=3.0, mean_half_ms=0.5
+        ),
+    }
+    est = estimate_lib.estimate(_DIAMOND, results)
+    assert est.ms == pytest.approx(1.5 + 5 + 3 + 3 + 1.5)
+    assert est.low_ms == pytest.approx(1.3 + 4.5 + 2.5 + 2.5 + 1.3)
+    assert est.high_ms == pytest.approx(1.7 + 5.5 + 3.5 + 3.5 + 1.7)
+    median = estimate_lib.estimate(_DIAMOND, results, statistic="median")
+    assert median.ms == pytest.approx(1 + 5 + 2 + 2 + 1)
+    assert median.low_ms == pytest.approx(0.9 + 4.5 + 1.8 + 1.8 + 0.9)
+    # A store without means: the default estimate is the median's.
+    old = estimate_lib.estimate(_DIAMOND, _RESULTS)
+    assert (
+        old.ms
+        == estimate_lib.estimate(
+            _DIAMOND, _RESULTS, "sequential", statistic="median"
+        ).ms
+    )
 
 
 def test_parallel_is_critical_path():

@@ -111,7 +111,7 @@ def test_run_job_uses_stored_bricks(files, tmp_path):
         assert row["estimated_ms"] == pytest.approx(
             brick_ms * counts[row["model"]]
         )
-        assert row["measured_ms"] == stored[row["model"]].median_ms
+        assert row["measured_ms"] == stored[row["model"]].center_ms
         assert row["normalized"] == pytest.approx(
             row["estimated_ms"] / row["measured_ms"]
         )
@@ -170,7 +170,7 @@ def test_measure_and_estimate_models(files):
         (row,) = job.estimate_models(
             sources, 1, SETTINGS, FP, store, "parallel"
         )
-    assert row["measured_ms"] == measured["chain"].median_ms
+    assert row["measured_ms"] == measured["chain"].center_ms
     assert row["normalized"] == pytest.approx(
         row["estimated_ms"] / row["measured_ms"]
     )
@@ -202,7 +202,7 @@ def test_a_brick_that_cannot_be_timed_is_recorded_and_the_rest_go_on(
     loose, chain = result.runs
     assert loose["failed_bricks"] == {relu: failures[relu]}
     assert math.isnan(loose["estimated_ms"]) and math.isnan(loose["normalized"])
-    assert loose["measured_ms"] == measured.median_ms >= 0  # Tiny: ~0 ms.
+    assert loose["measured_ms"] == measured.center_ms >= 0  # Tiny: ~0 ms.
     assert chain["failed_bricks"] == {} and chain["estimated_ms"] > 0
     # The corpus figures are those of the model that has an estimate.
     assert result.corpus["failed_bricks"] == 1
@@ -244,13 +244,13 @@ def test_corpus_row_keeps_the_wall_clock_figures_in_order(files):
     results = {b.signature: _timing(0.5) for b in d.bricks}
     measured = {"chain": Timing(1.8, 2.0, 2.0, 2.5, 10, 1.9, 2.2, False)}
     run = job.model_row("chain", 1, SETTINGS, measured["chain"], results, d)
-    # The measured median's interval, for the charts' horizontal range.
+    # The measured interval (the median's, without a mean), for the charts.
     assert (run["measured_ci_low_ms"], run["measured_ci_high_ms"]) == (1.9, 2.2)
     suite = suite_lib.build_suite({"chain": d})
     row = job.corpus_row(
         1, False, [run], measured, results, suite, b_s=2.0, a_s=1.0
     )
-    assert list(row)[5:9] == ["split", "b_s", "a_s", "unique_bricks"]
+    assert list(row)[6:10] == ["split", "b_s", "a_s", "unique_bricks"]
     assert row["geomean_normalized"] == pytest.approx(run["normalized"])
     assert row["speedup"] == pytest.approx(2.0 / (0.5 * len(suite)))
     assert run["normalized"] == pytest.approx(0.5 * len(d.bricks) / 2.0)

@@ -44,13 +44,28 @@ REPORT = {
 
 def test_format_report():
     lines = report.format_report(REPORT).splitlines()
-    # A report without `normalized_min` (older runs) shows a dash there.
-    assert lines[2] == "| a | 1 | 2.000 | 1.900 | 1.500 | 0.950 | - |"
-    assert lines[3] == "| b | 1 | 4.000 | 4.400 | 4.400 | 1.100 | - |"
+    # A report without `normalized_median` or `normalized_min` (older
+    # runs) shows dashes there.
+    assert lines[2] == "| a | 1 | 2.000 | 1.900 | 1.500 | 0.950 | - | - |"
+    assert lines[3] == "| b | 1 | 4.000 | 4.400 | 4.400 | 1.100 | - | - |"
     assert lines[-1] == (
         "| 1 | 1.022 | 0.950 | 1.100 | 3.46 | 7/12 | 10.0 | 20.0 |"
     )
     assert "repeat diff" not in lines[-3]
+
+
+def test_format_report_shows_the_median_ratio_and_the_steal():
+    runs = [{**REPORT["runs"][0], "normalized_median": 0.875}]
+    corpus = [
+        {**REPORT["corpus"][0], "steal_share": 0.0123, "steal_peak_share": 0.2}
+    ]
+    lines = report.format_report(
+        {**REPORT, "runs": runs, "corpus": corpus}
+    ).splitlines()
+    assert lines[0].endswith("| normalized (median) | normalized (min) |")
+    assert lines[2] == "| a | 1 | 2.000 | 1.900 | 1.500 | 0.950 | 0.875 | - |"
+    assert lines[-3].endswith("| steal % (peak) |")
+    assert lines[-1].endswith("| 1.2 (20.0) |")
 
 
 def test_format_report_adds_the_repeat_column():

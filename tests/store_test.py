@@ -408,7 +408,7 @@ def test_version_1_store_is_upgraded_in_place_keeping_results(tmp_path):
         db.execute("DROP TABLE predictors")
         db.execute("UPDATE meta SET value = '1' WHERE key = 'schema_version'")
     with store_lib.Store(path) as store:
-        assert store.schema_version == store_lib.SCHEMA_VERSION == 3
+        assert store.schema_version == store_lib.SCHEMA_VERSION == 4
         assert store.get("a", SETTINGS, FP) == _timing(1.0)
         assert store.get_model("m", SETTINGS, FP) == _timing(3.0)
         store.put_failure("b", SETTINGS, FP, "boom")
@@ -416,6 +416,74 @@ def test_version_1_store_is_upgraded_in_place_keeping_results(tmp_path):
     with store_lib.Store(path) as store:
         assert store.failures(SETTINGS, FP) == {"b": "boom"}
         assert store.get_predictor(SETTINGS, FP, "k") == "{}"
+
+
+def _version_3_file(path):
+    """A store as schema 3 wrote it: its results tables have no means."""
+    stats_ddl = store_lib._STATS_DDL.replace(
+        "mean_ms REAL, mean_half_ms REAL,", ""
+    )
+    schema = store_lib._SCHEMA.replace(store_lib._STATS_DDL, stats_ddl)
+    with contextlib.closing(sqlite3.connect(path)) as db, db:
+        for statement in schema.split(";"):
+            if statement.strip() and "reference_states" not in statement:
+                db.execute(statement)
+        db.execute("INSERT INTO meta VALUES ('schema_version', '3')")
+        db.execute(
+            "INSERT INTO settings VALUES (?, ?)",
+            (SETTINGS.key(), SETTINGS.to_json()),
+        )
+        db.execute(
+            "INSERT INTO fingerprints VALUES (?, ?)", (FP.id, FP.to_json())
+        )
+        old = [n for n in store_lib._STATS if not n.startswith("mean")]
+        values = _timing(2.0).to_dict()
+        for table, column, name in (
+            ("brick_results", "signature", "a"),
+            ("model_results", "model", "m"),
+        ):
+            db.execute(
+                f"INSERT INTO {table} ({column}, settings_key, fingerprint_id,"
+                f" {', '.join(old)})"
+                f" VALUES ({', '.join('?' * (len(old) + 3))})",
+                [name, SETTINGS.key(), FP.id]
+                + [int(values[k]) if k == "noisy" else values[k] for k in old],
+            )
+
+
+def test_version_3_store_gains_means_and_reads_back_the_same_figures(
+    tmp_path,
+):
+    path = tmp_path / "v3.sqlite"
+    _version_3_file(path)
+    old = dataclasses.replace(_timing(2.0), mean_ms=None, mean_half_ms=None)
+    with store_lib.Store(path) as store:
+        assert store.schema_version == 4
+        brick = store.get("a", SETTINGS, FP)
+        assert brick == old
+        # No mean stored: the estimate's centre is the median, as before.
+        assert brick.center_ms == brick.median_ms == 2.0
+        assert store.get_model("m", SETTINGS, FP) == old
+        new = dataclasses.replace(_timing(1.0), mean_ms=1.1, mean_half_ms=0.05)
+        store.put("b", SETTINGS, FP, new)
+    with store_lib.Store(path) as store:
+        assert store.get("b", SETTINGS, FP) == new
+        assert store.get("b", SETTINGS, FP).center_ms == 1.1
+        assert store.get("a", SETTINGS, FP) == old
+
+
+def test_reference_state_is_kept_once_per_settings_and_machine(tmp_path):
+    other = dataclasses.replace(SETTINGS, batch_size=SETTINGS.batch_size + 1)
+    with store_lib.Store(tmp_path / "s.sqlite") as store:
+        assert store.reference_state(SETTINGS, FP) is None
+        assert store.put_reference_state(SETTINGS, FP, 1.5) == 1.5
+        # The first state stays: timings scaled to it must stay comparable.
+        assert store.put_reference_state(SETTINGS, FP, 3.0) == 1.5
+        assert store.reference_state(other, FP) is None
+        with pytest.raises(store_lib.StoreError, match="finite and positive"):
+            store.put_reference_state(other, FP, float("nan"))
+    with store_lib.Store(tmp_path / "s.sqlite") as store:
+        assert store.reference_state(SETTINGS, FP) == 1.5
 
 
 def test_one_predictor_per_settings_and_machine_by_its_fit_key(tmp_path):

@@ -59,11 +59,12 @@ def half_width(samples: Sequence[float]) -> float:
 
 
 def timing_half_width(timing: Timing) -> float:
-    """Half-width of a stored timing's median interval, in ms."""
-    return max(
-        timing.median_ms - timing.ci_low_ms,
-        timing.ci_high_ms - timing.median_ms,
-    )
+    """Half-width of a stored timing's interval, in ms.
+
+    That of the mean, which estimates add up (`Timing.center_half_ms`; the
+    median's for a timing stored without a mean).
+    """
+    return timing.center_half_ms
 
 
 def chain_verdict(
@@ -144,9 +145,9 @@ def estimate_precision(
         timings: Timings of (at least) those signatures.
 
     Returns:
-        sqrt(sum (c h)^2) / sum c median; inf if the estimate is 0.
+        sqrt(sum (c h)^2) / sum c mean; inf if the estimate is 0.
     """
-    total = sum(c * timings[k].median_ms for k, c in counts.items())
+    total = sum(c * timings[k].center_ms for k, c in counts.items())
     spread = math.sqrt(
         sum((c * timing_half_width(timings[k])) ** 2 for k, c in counts.items())
     )

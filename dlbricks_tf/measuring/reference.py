@@ -137,17 +137,24 @@ class ReferenceScale:
 
     @classmethod
     def for_store(
-        cls, reference: Reference, store: Any, settings: Any, fingerprint: Any
+        cls,
+        reference: Reference,
+        store: Any,
+        settings: Any,
+        fingerprint: Any,
+        readings: int = CALIBRATION_READINGS,
     ) -> ReferenceScale:
         """The scale of this machine and settings, calibrated once.
 
         The reference state is read from the store; a store without one
-        for these settings and machine is given this calibration's.
+        for these settings and machine is given the median of `readings`
+        readings taken now.
         """
         state = store.reference_state(settings, fingerprint)
         if state is None:
-            state = cls.calibrate(reference.read)
-            store.put_reference_state(settings, fingerprint, state)
+            state = store.put_reference_state(
+                settings, fingerprint, cls.calibrate(reference.read, readings)
+            )
         return cls(reference.read, state)
 
     def factor(self) -> float:

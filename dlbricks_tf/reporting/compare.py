@@ -149,7 +149,7 @@ def compare(
     store: Any,
     *,
     mode: str = "sequential",
-    statistic: str = "median",
+    statistic: str = "mean",
     batch_size: int | None = None,
 ) -> Comparison:
     """Estimates every model on every configuration in the store.

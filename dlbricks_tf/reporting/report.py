@@ -51,11 +51,11 @@ def format_report(report: Mapping[str, Any]) -> str:
     sourced = _beyond_timed(report["runs"])
     lines = [
         "| model | G | measured ms | sequential ms | parallel ms "
-        "| normalized | normalized (min) |"
+        "| normalized | normalized (median) | normalized (min) |"
         + (" estimate +-% |" * precise)
         + (" failed bricks |" * failed)
         + (" source |" * sourced),
-        "|---|---:|---:|---:|---:|---:|---:|"
+        "|---|---:|---:|---:|---:|---:|---:|---:|"
         + ("---:|" * precise)
         + ("---|" * failed)
         + ("---|" * sourced),
@@ -65,6 +65,7 @@ def format_report(report: Mapping[str, Any]) -> str:
             f"| {r['model']} | {_g(r)} | {_f(r['measured_ms'])} "
             f"| {_f(r['estimated_ms'])} | {_f(r['estimated_parallel_ms'])} "
             f"| {_f(r['normalized'])} "
+            f"| {_f(r.get('normalized_median', math.nan))} "
             f"| {_f(r.get('normalized_min', math.nan))} |"
         )
         if precise:
@@ -92,6 +93,9 @@ def format_report(report: Mapping[str, Any]) -> str:
     drift = any("model_drift_median_rel_diff" in c for c in report["corpus"])
     if drift:
         header, rule = header + " model drift |", rule + "---:|"
+    steal = any(c.get("steal_share") is not None for c in report["corpus"])
+    if steal:
+        header, rule = header + " steal % (peak) |", rule + "---:|"
     lines += ["", header, rule]
     for c in report["corpus"]:
         line = (
@@ -116,6 +120,12 @@ def format_report(report: Mapping[str, Any]) -> str:
             line += f" {_f(c.get('repeat_median_rel_diff'))} |"
         if drift:
             line += f" {_f(c.get('model_drift_median_rel_diff'))} |"
+        if steal:
+            share, peak = c.get("steal_share"), c.get("steal_peak_share")
+            line += (
+                f" {_f(None if share is None else 100 * share, 1)}"
+                f" ({_f(None if peak is None else 100 * peak, 1)}) |"
+            )
         lines.append(line)
     return "\n".join(lines)
 

@@ -1,0 +1,137 @@
+"""Tests for dlbricks_tf/measuring/reference.py.
+
+The scale's arithmetic is checked exactly on made-up readings and samples
+(`FakeTimer` below stands for a timer whose samples follow a made-up
+machine); the TF workload is checked to time real work.
+"""
+
+import pytest
+
+from dlbricks_tf import settings as settings_lib
+from dlbricks_tf import stats
+from dlbricks_tf.fingerprint import system_fingerprint
+from dlbricks_tf.measuring import reference, sampling
+from dlbricks_tf.store import Store
+
+
+class FakeTimer(sampling.AdaptiveSampling):
+    """Samples of a brick of `cost` ms on a machine slowed by `slowdown()`."""
+
+    def __init__(self, cost, slowdown, count=5):
+        self.options = sampling.TimingOptions(
+            min_samples=count, max_samples=1000, precision=0.0
+        )
+        self._cost, self._slowdown = cost, slowdown
+        self._samples, self._sampling_s, self._prepare_s = [], 0.0, 0.0
+        self._copies, self._n, self._s = 1, 0, count
+
+    def _prepare(self):
+        self._n = 1
+
+    def _take(self, count):
+        return [self._cost * self._slowdown()] * count
+
+    @property
+    def dispatch_ms(self):
+        return 0.0
+
+    @property
+    def overhead_per_call_ms(self):
+        return 0.0
+
+    @property
+    def _what(self):
+        return "fake"
+
+
+class Machine:
+    """A machine whose speed changes between batches: 1x, 2x, 3x, ..."""
+
+    def __init__(self, factors, reference_ms=2.0):
+        self.factors = list(factors)
+        self.reference_ms = reference_ms
+        self.now = 0
+
+    def read(self):
+        """A reference reading at the current speed; the next batch too."""
+        self.now += 1
+        return self.reference_ms * self.factors[self.now - 1]
+
+    def slowdown(self):
+        return self.factors[self.now - 1]
+
+
+def test_a_slowdown_of_sample_and_reference_alike_cancels():
+    machine = Machine([1.0, 2.0, 3.0, 1.5, 1.0, 2.5])
+    scale = reference.ReferenceScale(machine.read, state_ms=2.0, window=1)
+    timer = FakeTimer(4.0, machine.slowdown)
+    timer.scale = scale
+    for _ in range(6):
+        timer.sample()
+    # Every batch ran 1-3x slower, and every one reads 4 ms at the state.
+    assert timer.samples == pytest.approx([4.0] * 30)
+    assert timer.result().median_ms == pytest.approx(4.0)
+    assert timer.result().mean_ms == pytest.approx(4.0)
+    assert scale.readings == [2.0, 4.0, 6.0, 3.0, 2.0, 5.0]
+
+
+def test_a_steady_reference_leaves_samples_unchanged():
+    machine = Machine([1.0] * 4)
+    scale = reference.ReferenceScale(machine.read, state_ms=2.0)
+    timer = FakeTimer(3.25, lambda: 1.0)
+    timer.scale = scale
+    for _ in range(4):
+        timer.sample()
+    assert list(timer.samples) == [3.25] * 20
+    summary = scale.summary()
+    assert summary["reference_median_ms"] == 2.0
+    assert summary["reference_spread"] == 0.0
+    assert summary["reference_readings"] == 4
+
+
+def test_the_state_is_where_samples_are_put_and_the_window_smooths():
+    readings = iter([2.0, 4.0, 3.0])
+    scale = reference.ReferenceScale(lambda: next(readings), 1.0, window=3)
+    # Medians of the last readings: 2, then (2+4)/2 = 3, then median 3.
+    assert [scale.factor() for _ in range(3)] == [0.5, 1 / 3, 1 / 3]
+
+
+def test_calibration_is_kept_in_the_store_and_reused(tmp_path):
+    settings = settings_lib.RunSettings(
+        1, 1, 1, onednn=settings_lib.onednn_enabled()
+    )
+    fp = system_fingerprint()
+    readings = iter([3.0, 1.0, 2.0] + [9.0] * 20)
+
+    class Fixed:
+        def read(self):
+            return next(readings)
+
+    with Store(tmp_path / "s.sqlite") as store:
+        first = reference.ReferenceScale.for_store(
+            Fixed(), store, settings, fp, readings=3
+        )
+        assert first.state_ms == 2.0  # The median of the calibration.
+        again = reference.ReferenceScale.for_store(
+            Fixed(), store, settings, fp, readings=3
+        )
+        assert again.state_ms == 2.0  # Not calibrated again.
+
+
+def test_bad_state_is_refused():
+    with pytest.raises(ValueError, match="state_ms must be positive"):
+        reference.ReferenceScale(lambda: 1.0, 0.0)
+
+
+def test_the_workload_times_real_work():
+    ref = reference.Reference(size=64, matmuls=2, memory_mib=1)
+    values = [ref.read() for _ in range(5)]
+    # Both parts run between their stamps: a reading is not a stamp's
+    # resolution (a microsecond) but the work's.
+    assert all(v > 0.001 for v in values)
+    assert ref.seconds > 0
+    assert stats.median(values) > 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(pytest.main([__file__, "-q"]))
