@@ -43,7 +43,7 @@ from pathlib import Path
 
 from absl import app, flags, logging
 
-from benchmarks import sampling_flags, sweep_flags
+from benchmarks import noisy_neighbour, sampling_flags, sweep_flags
 from dlbricks_tf import corpus
 from dlbricks_tf.cli import model_flags, shared_flags, timing_flags
 from dlbricks_tf.cutting import split as split_lib
@@ -65,6 +65,18 @@ _LENGTH = flags.DEFINE_integer(
     corpus.HUB_LENGTH,
     "--hub: the sequence length the models are cut and timed at.",
     lower_bound=1,
+)
+_NEIGHBOUR = flags.DEFINE_enum(
+    "neighbour",
+    "none",
+    list(noisy_neighbour.KINDS),
+    "Run a seeded noisy neighbour beside the whole run "
+    "(benchmarks.noisy_neighbour): a CPU spinner or a memory-bandwidth "
+    "streamer on one core, in random 0.3-3 s bursts; its summary goes "
+    "into report.json.",
+)
+_NEIGHBOUR_SEED = flags.DEFINE_integer(
+    "neighbour_seed", 0, "Seed of the neighbour's bursts."
 )
 _RECHECK = flags.DEFINE_integer(
     "recheck",
@@ -117,6 +129,7 @@ def _run_granularity(
         reuse_stored=False,  # Every G times its unique bricks afresh.
         fuse=fuse,
         log=lambda line: logging.info("%s", line),
+        reference=timing_flags.REFERENCE.value,
     )
     if settings.protocol == "chain":
         # A chain times every brick at once: any --recheck re-times them all.
@@ -259,7 +272,12 @@ def main(argv: list[str]) -> None:
     fp = system_fingerprint()
     report = job.new_report(fp, settings, brick_options)
     previous: dict[str, float] = {}  # The last pass's whole models.
-    with Store(out / "store.sqlite") as store:
+    with (
+        Store(out / "store.sqlite") as store,
+        noisy_neighbour.running(
+            _NEIGHBOUR.value, _NEIGHBOUR_SEED.value
+        ) as neighbour,
+    ):
         for g in granularities:
             for split in _SPLITS.value:
                 runs, row = _run_granularity(
@@ -272,6 +290,10 @@ def main(argv: list[str]) -> None:
                 report["corpus"].append(row)
                 # Rewrite after every run so a stopped one keeps its rows.
                 (out / "report.json").write_text(json.dumps(report, indent=1))
+    if neighbour.summary is not None:
+        report["neighbour"] = neighbour.summary
+        (out / "report.json").write_text(json.dumps(report, indent=1))
+        print(f"Neighbour: {json.dumps(neighbour.summary)}")
     print(format_report(report))
     print(f"\nReport: {out / 'report.json'}")
 
