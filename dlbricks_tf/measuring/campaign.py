@@ -1,18 +1,25 @@
 """A brick campaign: bricks timed in chains, to the precision models need.
 
-`time_chains` takes the bricks to time (each with a builder, so only one
-chain's bricks are alive at a time), groups them into chains of at most
-`TimingOptions.chain_links` bricks and `MAX_CHAIN_BYTES` of estimated
+`time_chains` takes the bricks to time (each with a builder, so only the
+bricks of the chains in flight are alive), groups them into chains of at
+most `TimingOptions.chain_links` bricks and `MAX_CHAIN_BYTES` of estimated
 memory (`dlbricks_tf.measuring.memory`), and times each chain as one traced
-function (`dlbricks_tf.measuring.chain.ChainTimer`). A chain is sampled in
-rounds until the estimates of the models that use its bricks are known to the
-options' precision (`dlbricks_tf.measuring.precision.chain_verdict`), or a cap
-is hit; then every brick of it is handed to `on_result` (to be committed),
-flagged noisy only if it keeps some model from its target. A campaign killed
-mid-chain loses that chain's samples, nothing committed before.
+function (`dlbricks_tf.measuring.chain.ChainTimer`). Chains are sampled side
+by side when a whole model is sampled beside them (`between`), a group of
+them (up to `MAX_GROUP_BYTES`) at a time, in rounds: one pass of every
+chain not done, then `between`; without `between`, one chain at a time. A chain is done when the
+estimates of the models that use its bricks are known to the options'
+precision (`dlbricks_tf.measuring.precision.chain_verdict`), or a cap is
+hit; then every brick of it is handed to `on_result` (to be committed),
+flagged noisy only if it keeps some model from its target. A campaign
+killed mid-chain loses that chain's samples, nothing committed before.
 
 `between` is called once per round: `dlbricks_tf.job` samples the whole
-model there, so bricks and model are measured close together in time.
+model there, so bricks and model are measured over the same stretch of
+time. Chains timed one after another (as before groups) put the model's
+own samples, which it takes densely until it is precise, beside its first
+chain's bricks only: with a neighbour busy in bursts of seconds, the
+model's mean then saw other bursts than most of its bricks' means.
 
 Order: by default bricks are chained in the order they come (the models'
 topological order, as a model runs them); `chain_order="shuffled"`
@@ -44,6 +51,9 @@ from dlbricks_tf.stats import Timing
 # `dlbricks_tf.measuring.memory.estimate`), at most (one brick may exceed it
 # alone): bounds the campaign's memory whatever the corpus.
 MAX_CHAIN_BYTES = 512 * 2**20
+# What the chains sampled side by side need, at most (a chain alone may
+# exceed it): the chains of a group are alive at once.
+MAX_GROUP_BYTES = 2 * 2**30
 # Links per pass of a brick that a model calls many times: one per
 # `CALLS_PER_REPEAT` calls, at most `MAX_REPEATS`. A brick called 25 times
 # in a model (Xception's middle flow) is 25 times as heavy in its estimate;
@@ -173,12 +183,12 @@ def time_chains(
         return min(max(most // CALLS_PER_REPEAT, 1), MAX_REPEATS)
 
     def run(chain_bricks: list[tuple[ChainedBrick, Any]]) -> bool:
-        """Times a chain; a chain that fails is halved until the bad brick
-        is alone, and that brick is handed to `on_failure`."""
+        """Times a chain alone; a chain that fails is halved until the bad
+        brick is alone, and that brick is handed to `on_failure`."""
         if on_failure is None:
-            return run_chain(chain_bricks)
+            return run_group([chain_bricks], alone=True)
         try:
-            return run_chain(chain_bricks)
+            return run_group([chain_bricks], alone=True)
         except _NOT_A_BRICK_FAULT:
             raise
         except Exception as e:  # Keras and TF raise many types.
@@ -189,50 +199,47 @@ def time_chains(
         half = len(chain_bricks) // 2
         return run(chain_bricks[:half]) or run(chain_bricks[half:])
 
-    def run_chain(chain_bricks: list[tuple[ChainedBrick, Any]]) -> bool:
+    def make_timer(chain_bricks: list[tuple[ChainedBrick, Any]]) -> Any:
         start = time.perf_counter()
-        chain = ChainTimer(
-            [(b.key, model) for b, model in chain_bricks],
-            settings,
-            seed=options.seed,
-            check_settings=check_settings,
-            id_bounds={
-                b.key: b.id_bounds for b, _ in chain_bricks if b.id_bounds
-            },
-            repeats=[repeats(b.key) for b, _ in chain_bricks],
-            scale=scale,
-        )
-        clock["setup"] += time.perf_counter() - start
-        clock["chains"] += 1
+        try:
+            return ChainTimer(
+                [(b.key, model) for b, model in chain_bricks],
+                settings,
+                seed=options.seed,
+                check_settings=check_settings,
+                id_bounds={
+                    b.key: b.id_bounds for b, _ in chain_bricks if b.id_bounds
+                },
+                repeats=[repeats(b.key) for b, _ in chain_bricks],
+                scale=scale,
+            )
+        finally:
+            clock["setup"] += time.perf_counter() - start
+            clock["chains"] += 1
+
+    def verdict(chain: Any) -> tuple[bool, frozenset[str]]:
+        """(done, bricks holding a model back) after a chain's sample."""
+        n = chain.sample_count
         holding: frozenset[str] = frozenset()
-        halted = False
-        while True:
-            chain.sample()
-            if between is not None:
-                between()
-            n = chain.sample_count
-            if n >= options.min_samples:
-                settled, holding = precision.chain_verdict(
-                    {k: chain.samples(i) for i, k in enumerate(chain.keys)},
-                    weights,
-                    known_ms,
-                    options.precision,
-                    options.absolute_precision_ms,
-                )
-                if settled:
-                    break
-            if (
-                n >= options.max_samples
-                or chain.sampling_seconds >= options.max_seconds
-            ):
-                break
-            if stop is not None and stop():
-                halted = True
-                break
+        if n >= options.min_samples:
+            settled, holding = precision.chain_verdict(
+                {k: chain.samples(i) for i, k in enumerate(chain.keys)},
+                weights,
+                known_ms,
+                options.precision,
+                options.absolute_precision_ms,
+            )
+            if settled:
+                return True, holding
+        capped = (
+            n >= options.max_samples
+            or chain.sampling_seconds >= options.max_seconds
+        )
+        return capped, holding
+
+    def commit(chain: Any, holding: frozenset[str]) -> None:
         clock["setup"] += chain.prepare_seconds
         clock["sampling"] += chain.sampling_seconds
-        if halted and chain.sample_count < options.min_samples:
-            return True  # Too few samples to commit: the chain is lost.
         for i, key in enumerate(chain.keys):
             result = chain.result(i, noisy=key in holding)
             known_ms[key] = result.median_ms
@@ -241,8 +248,66 @@ def time_chains(
                 noisy.append(key)
             if on_result is not None:
                 on_result(key, result)
+
+    def run_group(
+        chains: list[list[tuple[ChainedBrick, Any]]], alone: bool = False
+    ) -> bool:
+        """Samples chains in round-robin until each is done; True if
+        stopped. Each round takes one pass of every chain not done, then
+        calls `between`: the whole model (and the machine's state) is
+        sampled over the same stretch of time as every one of its bricks,
+        not mostly beside the first chain. A chain that fails is timed
+        again alone (`run`, which finds the brick at fault), unless
+        `alone`: then its error is raised."""
+        active: list[tuple[list, Any, frozenset[str]]] = []
+        retry: list[list[tuple[ChainedBrick, Any]]] = []
+        for chain_bricks in chains:
+            try:
+                active.append((chain_bricks, make_timer(chain_bricks), None))
+            except _NOT_A_BRICK_FAULT:
+                raise
+            except Exception:  # Keras and TF raise many types.
+                if alone:
+                    raise
+                retry.append(chain_bricks)
+        halted = False
+        while active:
+            left = []
+            for chain_bricks, chain, _ in active:
+                try:
+                    chain.sample()
+                except _NOT_A_BRICK_FAULT:
+                    raise
+                except Exception:  # Tracing fails on the first sample.
+                    if alone:
+                        raise
+                    retry.append(chain_bricks)
+                    continue
+                done, holding = verdict(chain)
+                if done:
+                    commit(chain, holding)
+                else:
+                    left.append((chain_bricks, chain, holding))
+            if between is not None:
+                between()
+            active = left
+            if active and stop is not None and stop():
+                halted = True
+                break
+        for _, chain, holding in active:  # Stopped: keep what can be.
+            if chain.sample_count >= options.min_samples:
+                commit(chain, holding or frozenset())
+            else:
+                clock["setup"] += chain.prepare_seconds
+                clock["sampling"] += chain.sampling_seconds
+        for chain_bricks in retry:
+            if halted:
+                break
+            halted = run(chain_bricks)
         return halted
 
+    group: list[list[tuple[ChainedBrick, Any]]] = []
+    group_size = 0
     pending: list[tuple[ChainedBrick, Any]] = []
     size = 0
     for brick in bricks:
@@ -270,15 +335,23 @@ def time_chains(
         if pending and (
             len(pending) >= options.chain_links or size + grow > MAX_CHAIN_BYTES
         ):
-            if run(pending):
-                stopped = True
-                pending = []
-                break
+            group.append(pending)
+            group_size += size
             pending, size = [], 0
+            # Without a model to sample beside them, chains go one at a
+            # time: a stop loses at most one chain, memory stays small.
+            if between is None or group_size + grow > MAX_GROUP_BYTES:
+                if run_group(group):
+                    stopped = True
+                    group = []
+                    break
+                group, group_size = [], 0
         pending.append((brick, model))
         size += grow
     if pending and not stopped:
-        stopped = run(pending)
+        group.append(pending)
+    if group and not stopped:
+        stopped = run_group(group)
     return CampaignSummary(
         timed=tuple(timed),
         noisy=tuple(noisy),
