@@ -250,7 +250,7 @@ def test_corpus_row_keeps_the_wall_clock_figures_in_order(files):
     row = job.corpus_row(
         1, False, [run], measured, results, suite, b_s=2.0, a_s=1.0
     )
-    assert list(row)[6:10] == ["split", "b_s", "a_s", "unique_bricks"]
+    assert list(row)[9:13] == ["split", "b_s", "a_s", "unique_bricks"]
     assert row["geomean_normalized"] == pytest.approx(run["normalized"])
     assert row["speedup"] == pytest.approx(2.0 / (0.5 * len(suite)))
     assert run["normalized"] == pytest.approx(0.5 * len(d.bricks) / 2.0)

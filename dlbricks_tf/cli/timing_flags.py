@@ -107,12 +107,14 @@ INPUT_COPIES = flags.DEFINE_integer(
 
 REFERENCE = flags.DEFINE_bool(
     "reference",
-    True,
+    False,
     "Read a fixed reference workload (compute- and memory-bound) right "
     "before every batch of samples and scale the batch to this machine's "
-    "reference state, kept in --db: a slowdown of the host (hypervisor "
-    "steal, a neighbour) that hits a sample and its reference alike "
-    "cancels, so timings from other commands, shards and days agree.",
+    "reference state, kept in --db: a slowdown of the host that hits a "
+    "sample and its reference alike cancels. Off by default: beside a "
+    "neighbour spinning one of two cores it did not bring the estimates "
+    "closer (docs/measuring.md), since a busy core slows a two-thread "
+    "op far more than a small one-thread brick.",
 )
 
 flags.register_multi_flags_validator(

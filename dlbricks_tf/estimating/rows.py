@@ -154,6 +154,14 @@ def corpus_row(
         "geomean_normalized": geomean(normalized),
         "min_normalized": min(normalized, default=math.nan),
         "max_normalized": max(normalized, default=math.nan),
+        # Models within the +-10% the tool promises, and those whose
+        # estimate's range holds their measured latency.
+        "within_10pct": sum(0.9 <= n <= 1.1 for n in normalized),
+        "range_holds": sum(
+            r["estimated_low_ms"] <= r["measured_ms"] <= r["estimated_high_ms"]
+            for r in estimable
+        ),
+        "models": len(estimable),
         # The same from medians (see `model_row`'s normalized_median).
         "geomean_normalized_median": geomean(
             r["normalized_median"]

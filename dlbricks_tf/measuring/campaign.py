@@ -7,10 +7,11 @@ memory (`dlbricks_tf.measuring.memory`), and times each chain as one traced
 function (`dlbricks_tf.measuring.chain.ChainTimer`). Chains are sampled side
 by side when a whole model is sampled beside them (`between`), a group of
 them (up to `MAX_GROUP_BYTES`) at a time, in rounds: one pass of every
-chain not done, then `between`; without `between`, one chain at a time. A chain is done when the
-estimates of the models that use its bricks are known to the options'
-precision (`dlbricks_tf.measuring.precision.chain_verdict`), or a cap is
-hit; then every brick of it is handed to `on_result` (to be committed),
+chain not done, then `between`; without `between`, one chain at a time.
+A chain is done when the estimates of the models that use its bricks are
+known to the options' precision
+(`dlbricks_tf.measuring.precision.chain_verdict`), or a cap is hit; then
+every brick of it is handed to `on_result` (to be committed),
 flagged noisy only if it keeps some model from its target. A campaign
 killed mid-chain loses that chain's samples, nothing committed before.
 

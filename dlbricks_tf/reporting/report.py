@@ -93,6 +93,12 @@ def format_report(report: Mapping[str, Any]) -> str:
     drift = any("model_drift_median_rel_diff" in c for c in report["corpus"])
     if drift:
         header, rule = header + " model drift |", rule + "---:|"
+    within = any("within_10pct" in c for c in report["corpus"])
+    if within:
+        header, rule = (
+            header + " within +-10% | range holds |",
+            rule + ("---:|---:|"),
+        )
     steal = any(c.get("steal_share") is not None for c in report["corpus"])
     if steal:
         header, rule = header + " steal % (peak) |", rule + "---:|"
@@ -120,6 +126,12 @@ def format_report(report: Mapping[str, Any]) -> str:
             line += f" {_f(c.get('repeat_median_rel_diff'))} |"
         if drift:
             line += f" {_f(c.get('model_drift_median_rel_diff'))} |"
+        if within:
+            models = c.get("models", "-")
+            line += (
+                f" {c.get('within_10pct', '-')}/{models} "
+                f"| {c.get('range_holds', '-')}/{models} |"
+            )
         if steal:
             share, peak = c.get("steal_share"), c.get("steal_peak_share")
             line += (
