@@ -12,6 +12,12 @@ Example:
     ...     print(b.layers, b.signature)
     >>> brick_model = d.bricks[5].build(batch_size=1)
 
+The whole job (`dlbricks_tf.api`): time a corpus's unique bricks and its
+models, and estimate each model from its bricks:
+
+    >>> results = dlbricks_tf.run(["MobileNetV2", "ResNet50"], db="s.sqlite")
+    >>> [(r.model, r.normalized) for r in results]
+
 The modules are grouped by the stage of the pipeline they serve:
 `cutting`, `measuring`, `portable` (exported suites), `estimating`,
 `reporting` and `analyzing` (the corpus analysis); what every stage uses
@@ -34,8 +40,22 @@ _PUBLIC = {
     "DecompositionError": "dlbricks_tf.errors",
     "Error": "dlbricks_tf.errors",
     "LoadError": "dlbricks_tf.errors",
+    "MeasurementError": "dlbricks_tf.measuring.sampling",
+    "MemoryLimitError": "dlbricks_tf.measuring.memory",
+    "MissingResultsError": "dlbricks_tf.estimating.estimate",
+    "ModelResult": "dlbricks_tf.api",
+    "ModelSource": "dlbricks_tf.sources",
+    "ModelSourceError": "dlbricks_tf.sources",
+    "RunSettings": "dlbricks_tf.settings",
+    "StoreError": "dlbricks_tf.store",
     "TensorSpec": "dlbricks_tf.cutting.graph",
+    "ThreadPoolError": "dlbricks_tf.settings",
+    "Timing": "dlbricks_tf.stats",
+    "configure": "dlbricks_tf.api",
     "decompose": "dlbricks_tf.cutting.decompose",
+    "estimate": "dlbricks_tf.api",
+    "measure": "dlbricks_tf.api",
+    "run": "dlbricks_tf.api",
 }
 
 __all__ = sorted(_PUBLIC)

@@ -1,0 +1,254 @@
+"""The whole job from Python, in a few calls: time, measure, estimate.
+
+`run` does what `dlbricks run` does: cut the models, time the unique bricks
+the store lacks and every whole model in interleaved rounds, and estimate
+each model from its bricks. `measure` times whole models alone; `estimate`
+rebuilds models from the bricks a store already holds (no timing). Each
+returns typed values (`ModelResult`, `stats.Timing`), and each fixes
+TensorFlow's thread pools for the caller first (`configure`; a clear
+`ThreadPoolError` when TensorFlow already runs with other sizes).
+
+Models are `keras.applications` names, model files (`.keras`, `.h5`,
+config `.json`) or `ModelSource`s; results go to the SQLite store at `db`
+(created if absent), keyed by settings and machine, so a second call
+reuses every brick already timed.
+
+Example:
+    import dlbricks_tf
+
+    results = dlbricks_tf.run(["MobileNetV2", "ResNet50"], db="s.sqlite")
+    for r in results:
+        print(r.model, r.measured_ms, r.estimated_ms, r.normalized)
+    rows = dlbricks_tf.estimate(["MobileNetV2"], db="s.sqlite")
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import os
+from collections.abc import Sequence
+from typing import Any
+
+from dlbricks_tf import settings as settings_lib
+from dlbricks_tf import sources as sources_lib
+from dlbricks_tf.stats import Timing
+
+# A model as the calls take it: a name, a file path or a `ModelSource`.
+Model = str | os.PathLike | sources_lib.ModelSource
+
+
+@dataclasses.dataclass(frozen=True)
+class ModelResult:
+    """One model at one G: measured against estimated.
+
+    Attributes:
+        model: The model's name.
+        granularity: G.
+        measured_ms: Its end-to-end latency (the mean of its samples), or
+            None when `estimate` found no end-to-end timing in the store.
+        estimated_ms: The sum of its bricks' latencies (nan if a brick
+            failed).
+        low_ms: Lower bound of the estimate's 95% interval.
+        high_ms: Upper bound.
+        normalized: estimated / measured (None without a measurement).
+        failed_bricks: {signature: reason} of its bricks that could not
+            be built or timed.
+    """
+
+    model: str
+    granularity: int
+    measured_ms: float | None
+    estimated_ms: float
+    low_ms: float
+    high_ms: float
+    normalized: float | None
+    failed_bricks: dict[str, str] = dataclasses.field(default_factory=dict)
+
+    @property
+    def within(self) -> bool:
+        """Whether the estimate is within 10% of the measurement."""
+        n = self.normalized
+        return n is not None and not math.isnan(n) and 0.9 <= n <= 1.1
+
+
+def configure(
+    *,
+    batch_size: int = 1,
+    intra_op_threads: int | None = None,
+    inter_op_threads: int = 1,
+    backend: str = "tf",
+) -> settings_lib.RunSettings:
+    """Run settings for this machine, with TensorFlow's pools fixed to them.
+
+    Args:
+        batch_size: Batch dimension of the synthetic inputs.
+        intra_op_threads: Threads one op may use (None: physical cores).
+        inter_op_threads: Ops that may run at once.
+        backend: "tf" or "onnxruntime" (whose sessions take the threads).
+
+    Raises:
+        ThreadPoolError: TensorFlow already runs with other pool sizes
+            (start a new process, or ask for the sizes in force).
+    """
+    chosen = settings_lib.RunSettings.default(
+        batch_size,
+        intra_op_threads=intra_op_threads,
+        inter_op_threads=inter_op_threads,
+    )
+    settings_lib.configure_threads(
+        chosen.intra_op_threads, chosen.inter_op_threads
+    )
+    if backend == chosen.backend:
+        return chosen
+    return dataclasses.replace(chosen, backend=backend, protocol=None)
+
+
+def run(
+    models: Sequence[Model],
+    *,
+    db: str | os.PathLike,
+    granularity: int | Sequence[int] = 1,
+    settings: settings_lib.RunSettings | None = None,
+    fuse: bool = False,
+    onnx_folder: str | os.PathLike | None = None,
+) -> list[ModelResult]:
+    """Times the models' unique bricks and the models; estimates each.
+
+    Args:
+        models: Names, model files or `ModelSource`s.
+        db: The store file.
+        granularity: One G or several (one result per model and G).
+        settings: From `configure()` (default: this machine's).
+        fuse: Keep fusion units whole (see `dlbricks_tf.decompose`).
+        onnx_folder: Where ONNX files are kept on ONNX Runtime (default:
+            an `onnx` folder beside `db`).
+
+    Returns:
+        One `ModelResult` per model and G, in order.
+
+    Raises:
+        ModelSourceError: A name or file that is not a model.
+        StoreError: The store cannot be used.
+        MeasurementError: A whole model cannot be timed.
+    """
+    from dlbricks_tf import job
+    from dlbricks_tf.store import Store
+
+    chosen = settings or configure()
+    gs = [granularity] if isinstance(granularity, int) else list(granularity)
+    options, brick_options = _options(chosen)
+    folder = onnx_folder or os.path.join(os.path.dirname(db) or ".", "onnx")
+    with Store(db) as store:
+        report, _ = job.run_job(
+            _sources(models),
+            gs,
+            chosen,
+            store,
+            options,
+            brick_options,
+            fuse=fuse,
+            onnx_folder=folder,
+        )
+    return [_result(row) for row in report["runs"]]
+
+
+def measure(
+    models: Sequence[Model],
+    *,
+    db: str | os.PathLike,
+    settings: settings_lib.RunSettings | None = None,
+    onnx_folder: str | os.PathLike | None = None,
+) -> dict[str, Timing]:
+    """Times whole models into the store; returns {model: timing}."""
+    from dlbricks_tf import job
+    from dlbricks_tf.fingerprint import system_fingerprint
+    from dlbricks_tf.store import Store
+
+    chosen = settings or configure()
+    options, _ = _options(chosen)
+    folder = onnx_folder or os.path.join(os.path.dirname(db) or ".", "onnx")
+    with Store(db) as store:
+        return job.measure_models(
+            _sources(models),
+            chosen,
+            system_fingerprint(),
+            store,
+            options,
+            onnx_folder=folder,
+        )
+
+
+def estimate(
+    models: Sequence[Model],
+    *,
+    db: str | os.PathLike,
+    granularity: int = 1,
+    mode: str = "sequential",
+    settings: settings_lib.RunSettings | None = None,
+    fuse: bool = False,
+) -> list[ModelResult]:
+    """Estimates models from the bricks a store holds, timing nothing.
+
+    Raises:
+        MissingResultsError: A model has bricks the store lacks.
+    """
+    from dlbricks_tf import job
+    from dlbricks_tf.fingerprint import system_fingerprint
+    from dlbricks_tf.store import Store
+
+    chosen = settings or settings_lib.RunSettings.default()
+    with Store(db) as store:
+        rows = job.estimate_models(
+            _sources(models),
+            granularity,
+            chosen,
+            system_fingerprint(),
+            store,
+            mode,
+            fuse=fuse,
+        )
+    return [
+        ModelResult(
+            model=r["model"],
+            granularity=r["granularity"],
+            measured_ms=r["measured_ms"],
+            estimated_ms=r["estimated_ms"],
+            low_ms=r["low_ms"],
+            high_ms=r["high_ms"],
+            normalized=r["normalized"],
+        )
+        for r in rows
+    ]
+
+
+def _sources(models: Sequence[Model]) -> list[sources_lib.ModelSource]:
+    """`ModelSource`s of names, paths and sources, in order."""
+    if isinstance(models, str | os.PathLike):
+        models = [models]
+    out = []
+    for m in models:
+        if isinstance(m, sources_lib.ModelSource):
+            out.append(m)
+        else:
+            out += sources_lib.resolve_models([os.fspath(m)])
+    return out
+
+
+def _options(chosen: settings_lib.RunSettings) -> tuple[Any, Any]:
+    from dlbricks_tf.measuring import sampling
+
+    return sampling.model_and_brick_options(chosen.protocol)
+
+
+def _result(row: dict[str, Any]) -> ModelResult:
+    return ModelResult(
+        model=row["model"],
+        granularity=row["granularity"],
+        measured_ms=row["measured_ms"],
+        estimated_ms=row["estimated_ms"],
+        low_ms=row["estimated_low_ms"],
+        high_ms=row["estimated_high_ms"],
+        normalized=row["normalized"],
+        failed_bricks=dict(row.get("failed_bricks") or {}),
+    )
