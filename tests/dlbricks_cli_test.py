@@ -5,6 +5,7 @@ codes, the one-line errors, the files written, the TensorBoard event files
 read back, and the real TensorBoard server asked for its runs and tags.
 """
 
+import dataclasses
 import json
 import shutil
 import socket
@@ -18,6 +19,7 @@ import pytest
 import tensorflow as tf
 from tensorboard.backend.event_processing import event_accumulator
 
+import dlbricks_tf
 from dlbricks_tf.fingerprint import SystemFingerprint
 from dlbricks_tf.settings import RunSettings
 from dlbricks_tf.stats import Timing
@@ -363,3 +365,53 @@ def test_report_notes_results_stored_before_the_onednn_rule(tmp_path):
 
 if __name__ == "__main__":
     raise SystemExit(pytest.main([__file__, "-q"]))
+
+
+def test_a_flag_of_another_command_is_refused_in_one_line(files):
+    proc = dlbricks("decompose", f"--models={files[0]}", "--retime")
+    assert proc.returncode != 0
+    lines = proc.stderr.strip().splitlines()
+    assert lines == [
+        "dlbricks: error: decompose does not use --retime (a flag of run); "
+        "drop it. See --helpfull."
+    ]
+
+
+def test_run_and_measure_on_onnx_runtime(files, tmp_path):
+    pytest.importorskip("onnxruntime")
+    out = tmp_path / "out"
+    proc = dlbricks(
+        "run",
+        f"--models={files[0]}",
+        "--backend=onnxruntime",
+        f"--out={out}",
+        "--graphs=0",
+        *FAST,
+    )
+    assert proc.returncode == 0, proc.stderr
+    report = json.loads((out / "report.json").read_text())
+    assert report["settings"]["backend"] == "onnxruntime"
+    (row,) = report["runs"]
+    assert row["measured_ms"] > 0 and row["estimated_ms"] > 0
+    assert list((out / "onnx").glob("brick-*.onnx"))
+    ort = RunSettings.from_dict(report["settings"])
+    system = {k: v for k, v in report["system"].items() if k != "id"}
+    fp = SystemFingerprint.from_dict(system)
+    assert fp.id == report["system"]["id"]
+    unique = {b.signature for b in dlbricks_tf.decompose(files[0], 1).bricks}
+    with Store(out / "store.sqlite") as store:
+        assert set(store.results(ort, fp)) == unique
+        tf_settings = dataclasses.replace(ort, backend="tf", protocol=None)
+        assert store.results(tf_settings, fp) == {}
+    measured = dlbricks(
+        "measure",
+        f"--models={files[0]}",
+        "--backend=onnxruntime",
+        f"--out={out}",
+        *FAST,
+    )
+    assert measured.returncode == 0, measured.stderr
+    name = row["model"]
+    assert any(
+        line.startswith(f"| {name} |") for line in measured.stdout.splitlines()
+    )

@@ -97,6 +97,28 @@ COMMANDS: dict[str, Callable[..., None]] = {
 _TAKE_PATHS = frozenset({"merge"})
 
 
+def _refuse_unused_flags(command: str) -> None:
+    """One line for a flag of one command given to another.
+
+    A flag defined in a command's own module (`run_command`'s --retime,
+    `bench_command`'s --shard_index) is that command's alone.
+
+    Raises:
+        app.UsageError: For the first such flag.
+    """
+    for module, defined in flags.FLAGS.flags_by_module_dict().items():
+        name = module.rsplit(".", 1)[-1]
+        if not name.endswith("_command"):
+            continue
+        owner = name.removesuffix("_command")
+        for flag in defined:
+            if flag.present and command != owner:
+                raise app.UsageError(
+                    f"{command} does not use --{flag.name} (a flag of "
+                    f"{owner}); drop it."
+                )
+
+
 def _main(argv: list[str]) -> None:
     from dlbricks_tf import job
     from dlbricks_tf.cutting import user_modules
@@ -111,6 +133,7 @@ def _main(argv: list[str]) -> None:
         raise app.UsageError(
             f"Unknown command {command!r}: use one of {', '.join(COMMANDS)}."
         )
+    _refuse_unused_flags(command)
     if command in _TAKE_PATHS:
         COMMANDS[command](rest)
         return
