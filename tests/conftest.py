@@ -4,4 +4,11 @@ import os
 import sys
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+# One OpenMP (and OpenBLAS) thread, here and in the commands the tests run:
+# scikit-learn's trees fit a few hundred bricks, too few to gain from
+# threads, and on a 2-core host with one core busy elsewhere their OpenMP
+# barriers made one predictor's fit take 27 s against 6 s on one thread.
+# TensorFlow's thread pools do not read this variable. Set before anything
+# loads libgomp, which reads it once.
+os.environ.setdefault("OMP_NUM_THREADS", "1")
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
