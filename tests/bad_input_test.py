@@ -42,7 +42,13 @@ TOO_MANY = len(os.sched_getaffinity(0)) + 1  # Threads beyond the machine.
 # and {case} the case's own folder; the store is "good" unless named.
 CASES = [
     # Models that cannot be found or read.
-    ("unknown_model", "bench --models=NoSuchNet", 1, "'NoSuchNet'", "good"),
+    (
+        "unknown_model",
+        "bench --models=NoSuchNet",
+        1,
+        "Unknown model 'NoSuchNet'",
+        "good",
+    ),
     ("missing_file", "run --models={d}/absent.keras", 1, "does not exist"),
     ("truncated_keras", "bench --models={d}/truncated.keras", 1, "truncated"),
     ("corrupt_h5", "run --models={d}/junk.h5", 1, "junk.h5"),

@@ -309,6 +309,8 @@ def test_run_records_a_brick_that_cannot_be_timed_and_times_the_rest(
         assert stored == everything - {relu}
 
 
+# An unknown model name and a missing model file: bad_input_test.py
+# (unknown_model, missing_file), which also checks the store is untouched.
 @pytest.mark.parametrize(
     "args, code, words",
     [
@@ -316,8 +318,6 @@ def test_run_records_a_brick_that_cannot_be_timed_and_times_the_rest(
         (["analyze", "--fuse"], 2, "analyze cuts models by layer calls"),
         (["--batch_size=0"], 2, "batch_size"),
         (["bogus"], 2, "Unknown command 'bogus'"),
-        (["--models=NoSuchNet"], 1, "Unknown model 'NoSuchNet'"),
-        (["--models=/no/such/model.keras"], 1, "does not exist"),
         (["estimate", "--db=/no/such/store.sqlite"], 1, "does not exist"),
     ],
 )

@@ -172,13 +172,13 @@ def _stop_message(err: Path, name: str) -> int:
     return int(match.group(1))
 
 
-# What each bench run is stopped by, in turn, then one runs to the end.
+# What each bench run is stopped by, in turn, then one runs to the end:
+# each signal, and a kill both of the first run and of one that resumed.
 STOPS = (
     signal.SIGKILL,
     signal.SIGINT,
     signal.SIGKILL,
     signal.SIGTERM,
-    signal.SIGKILL,
 )
 
 

@@ -69,8 +69,11 @@ def test_the_predictor_recovers_a_known_law(graphs, tmp_path, method):
         learn, results, max_granularity=2, exclude=frozenset(unseen)
     )
     assert len(data) > 100
-    predictor = predict_lib.Predictor.fit(data, method=method)
+    # Two folds: the predictor is fitted on all of `data` whatever the
+    # folds; more would only refit it more often for the CV.
+    predictor = predict_lib.Predictor.fit(data, method=method, folds=2)
     assert predictor.cv.grouped and predictor.cv.bricks == len(data)
+    assert predictor.cv.folds == 2
     got = predictor.predict_bricks(list(unseen.values()), graph.specs)
     errors = sorted(
         abs(got[s].median_ms / results[s].median_ms - 1) for s in unseen
@@ -205,25 +208,27 @@ def test_too_few_bricks_to_learn_from_is_an_error(graphs, tmp_path):
         predict_lib.Predictor.fit(data)
 
 
-def _chain_missing_dense(graphs, tmp_path):
-    """The chain model, a store lacking its dense brick, a predictor."""
-    model, _ = models.chain()
-    graph, factory = model_graph(model)
+@pytest.fixture(scope="module")
+def chain_missing_dense(graphs, tmp_path_factory):
+    """The chain model's graph and factory, its dense brick's signature,
+    and the timings of a store lacking that brick."""
+    graph, factory = model_graph(models.chain()[0])
     cut = Cutter(graph, factory)
     dense = cut.brick(7, 8).signature
     everything = {**graphs, "chain": (graph, factory)}
     # No brick holding the dense layer (alone, or after the pooling).
     skip = {dense, cut.brick(6, 8).signature}
-    store = _law_store(tmp_path / "s.sqlite", everything, skip=skip)
-    results = store.results(SETTINGS, FP)
+    path = tmp_path_factory.mktemp("chain") / "s.sqlite"
+    with _law_store(path, everything, skip=skip) as store:
+        results = store.results(SETTINGS, FP)
+    return graph, factory, dense, results
+
+
+def test_a_predicted_estimate_says_how_much_was_predicted(
+    graphs, chain_missing_dense
+):
+    graph, factory, dense, results = chain_missing_dense
     predictor = beyond.train(graphs, results, max_granularity=2)
-    return model, graph, factory, dense, store, results, predictor
-
-
-def test_a_predicted_estimate_says_how_much_was_predicted(graphs, tmp_path):
-    model, graph, factory, dense, store, results, predictor = (
-        _chain_missing_dense(graphs, tmp_path)
-    )
     est, method, count = beyond.estimate_graph(
         graph, factory, 1, results, predictor=predictor
     )
@@ -254,18 +259,16 @@ def test_a_predicted_estimate_says_how_much_was_predicted(graphs, tmp_path):
     row = beyond.row(est, method, count, 2)
     assert row["predicted_share"] == est.share(estimate_lib.PREDICTED)
     assert sum(row["sources"].values()) == pytest.approx(1.0)
-    store.close()
 
 
-def test_without_predict_a_missing_brick_is_still_an_error(graphs, tmp_path):
-    model, graph, factory, dense, store, results, _ = _chain_missing_dense(
-        graphs, tmp_path
-    )
+def test_without_predict_a_missing_brick_is_still_an_error(
+    chain_missing_dense,
+):
+    graph, factory, dense, results = chain_missing_dense
     for cover in (False, True):
         with pytest.raises(estimate_lib.MissingResultsError) as info:
             beyond.estimate_graph(graph, factory, 1, results, cover=cover)
         assert dense in info.value.signatures
-    store.close()
 
 
 def test_estimating_needs_no_timing(graphs, tmp_path):

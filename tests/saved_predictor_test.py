@@ -51,7 +51,9 @@ def test_forest_gives_what_scikit_learn_gives_on_every_row():
 
 @pytest.mark.parametrize("method", predict_lib.METHODS)
 def test_a_saved_predictor_predicts_as_the_fitted_one(data, graphs, method):
-    fitted = predict_lib.Predictor.fit(data, method=method)
+    # Two folds: what is saved is the fit on all of `data` and the CV's
+    # figures, whatever the folds; more would only refit it more often.
+    fitted = predict_lib.Predictor.fit(data, method=method, folds=2)
     text = saved_predictor.to_json(fitted)
     json.loads(text)  # Plain JSON: data only.
     loaded = saved_predictor.from_json(text)
@@ -72,7 +74,7 @@ def test_a_saved_predictor_predicts_as_the_fitted_one(data, graphs, method):
 
 
 def test_another_format_or_damaged_text_is_refused(data):
-    text = saved_predictor.to_json(predict_lib.Predictor.fit(data))
+    text = saved_predictor.to_json(predict_lib.Predictor.fit(data, folds=2))
     other = json.loads(text)
     other["format"] = saved_predictor.FORMAT + 1
     with pytest.raises(saved_predictor.SavedPredictorError, match="format"):
