@@ -1,4 +1,4 @@
-"""Tests for dlbricks_tf/api.py: the README's Python example, on small models.
+"""Tests for dlbricks_tf/api.py: docs/usage.md's Python example, small models.
 
 Real timings into a real store; no timing threshold.
 """
