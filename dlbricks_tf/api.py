@@ -138,7 +138,7 @@ def run(
     chosen = settings or configure()
     gs = [granularity] if isinstance(granularity, int) else list(granularity)
     options, brick_options = _options(chosen)
-    folder = onnx_folder or os.path.join(os.path.dirname(db) or ".", "onnx")
+    folder = onnx_folder or _onnx_folder(db)
     with Store(db) as store:
         report, _ = job.run_job(
             _sources(models),
@@ -167,7 +167,7 @@ def measure(
 
     chosen = settings or configure()
     options, _ = _options(chosen)
-    folder = onnx_folder or os.path.join(os.path.dirname(db) or ".", "onnx")
+    folder = onnx_folder or _onnx_folder(db)
     with Store(db) as store:
         return job.measure_models(
             _sources(models),
@@ -208,18 +208,7 @@ def estimate(
             mode,
             fuse=fuse,
         )
-    return [
-        ModelResult(
-            model=r["model"],
-            granularity=r["granularity"],
-            measured_ms=r["measured_ms"],
-            estimated_ms=r["estimated_ms"],
-            low_ms=r["low_ms"],
-            high_ms=r["high_ms"],
-            normalized=r["normalized"],
-        )
-        for r in rows
-    ]
+    return [_result(r, "low_ms", "high_ms") for r in rows]
 
 
 def _sources(models: Sequence[Model]) -> list[sources_lib.ModelSource]:
@@ -235,20 +224,31 @@ def _sources(models: Sequence[Model]) -> list[sources_lib.ModelSource]:
     return out
 
 
+def _onnx_folder(db: str | os.PathLike) -> str:
+    """The `onnx` folder beside a store file."""
+    return os.path.join(os.path.dirname(db) or ".", "onnx")
+
+
 def _options(chosen: settings_lib.RunSettings) -> tuple[Any, Any]:
     from dlbricks_tf.measuring import sampling
 
     return sampling.model_and_brick_options(chosen.protocol)
 
 
-def _result(row: dict[str, Any]) -> ModelResult:
+def _result(
+    row: dict[str, Any],
+    low: str = "estimated_low_ms",
+    high: str = "estimated_high_ms",
+) -> ModelResult:
+    """A report row (`rows.model_row`, or with `low`/`high` named as in
+    `rows.estimate_row`) as a `ModelResult`."""
     return ModelResult(
         model=row["model"],
         granularity=row["granularity"],
         measured_ms=row["measured_ms"],
         estimated_ms=row["estimated_ms"],
-        low_ms=row["estimated_low_ms"],
-        high_ms=row["estimated_high_ms"],
+        low_ms=row[low],
+        high_ms=row[high],
         normalized=row["normalized"],
         failed_bricks=dict(row.get("failed_bricks") or {}),
     )

@@ -39,7 +39,6 @@ import dataclasses
 import functools
 import json
 import os
-import re
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -228,7 +227,7 @@ def run_granularity(
     weights = brick_timing.model_weights(suite.entries)
     failed: dict[str, str] = {}
 
-    def finished(name: str, *_: Any) -> None:
+    def finished(name: str) -> None:
         done[0] += 1
         if progress is not None:
             progress(name, done[0], total)
@@ -253,10 +252,10 @@ def run_granularity(
                 build = functools.partial(
                     clock.run,
                     CONVERSION,
-                    brick_timing.onnx_file,
+                    brick_timing.brick_onnx_file,
                     brick.build,
                     onnx_folder,
-                    f"brick-{key}",
+                    key,
                     settings.batch_size,
                 )
             elif settings.protocol == "chain":
@@ -276,12 +275,11 @@ def run_granularity(
             return model
         return clock.run(
             CONVERSION,
-            brick_timing.onnx_file,
-            lambda batch: model,
+            brick_timing.model_onnx_file,
+            model,
             onnx_folder,
-            f"model-{_file_stem(source.name)}",
+            source.name,
             settings.batch_size,
-            reuse=False,  # A model file may change under the same name.
         )
 
     runs = []
@@ -382,11 +380,6 @@ def run_granularity(
         tuple(remeasured),
         dict(failed),
     )
-
-
-def _file_stem(name: str) -> str:
-    """A file-name-safe form of a model name."""
-    return re.sub(r"[^A-Za-z0-9_.-]+", "_", name)
 
 
 def new_report(fingerprint, settings, brick_options=None) -> dict[str, Any]:
@@ -516,12 +509,8 @@ def measure_models(
         model = source.build(safe_mode)
         runnable = model
         if settings.backend == "onnxruntime":
-            runnable = brick_timing.onnx_file(
-                lambda batch, m=model: m,
-                onnx_folder,
-                f"model-{_file_stem(source.name)}",
-                settings.batch_size,
-                reuse=False,
+            runnable = brick_timing.model_onnx_file(
+                model, onnx_folder, source.name, settings.batch_size
             )
         timer = brick_timing.model_timer(
             runnable,

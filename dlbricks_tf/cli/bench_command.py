@@ -141,8 +141,8 @@ def _onnx_brick(folder: str, batch_size: int, entry):
     """A suite entry's brick as an ONNX file, converted once per signature."""
     from dlbricks_tf.measuring import brick_timing
 
-    return brick_timing.onnx_file(
-        entry.brick.build, folder, f"brick-{entry.signature}", batch_size
+    return brick_timing.brick_onnx_file(
+        entry.brick.build, folder, entry.signature, batch_size
     )
 
 

@@ -36,6 +36,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import re
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
@@ -439,6 +440,25 @@ def onnx_file(
     raise errors.Error(
         f"Cannot convert {stem} to ONNX: {type(failure).__name__}: {failure}"
     ) from failure
+
+
+def brick_onnx_file(
+    build: Callable[[int | None], Any],
+    folder: str | Path,
+    signature: str,
+    batch_size: int,
+) -> OnnxFile:
+    """A brick's ONNX file, kept by signature for every later run and shard."""
+    return onnx_file(build, folder, f"brick-{signature}", batch_size)
+
+
+def model_onnx_file(
+    model: Any, folder: str | Path, name: str, batch_size: int
+) -> OnnxFile:
+    """A whole model's ONNX file, converted afresh: a model file may change
+    under the same name."""
+    stem = "model-" + re.sub(r"[^A-Za-z0-9_.-]+", "_", name)
+    return onnx_file(lambda batch: model, folder, stem, batch_size, reuse=False)
 
 
 class _Measured:

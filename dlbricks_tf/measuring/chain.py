@@ -218,6 +218,11 @@ class ChainTimer:
         """Per-call cost of one link (median of the empty links, ms)."""
         return stats.median(self._empty) if self._empty else 0.0
 
+    @property
+    def link_mean_ms(self) -> float:
+        """Mean per-call cost of one link (of the empty links, ms)."""
+        return math.fsum(self._empty) / len(self._empty) if self._empty else 0.0
+
     def _call(self, n: int) -> np.ndarray:
         """Per-pass ms of every link (bricks and empty), over n passes."""
         if self._concrete is None:  # Traced once; called without the
@@ -294,7 +299,7 @@ class ChainTimer:
         # cost is not pushed up by samples clamped to 0.
         raw = [v - self.link_ms for v in self._samples[index]]
         mean, half = stats.mean_interval(raw)
-        excess = stats.mean_interval(self._empty)[0] - self.link_ms
+        excess = self.link_mean_ms - self.link_ms
         return dataclasses.replace(
             timing,
             mean_ms=max(mean - excess, 0.0),

@@ -29,7 +29,7 @@ Example:
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from typing import Any
 
 from dlbricks_tf import stats
@@ -164,10 +164,6 @@ class ReferenceScale:
         recent = self.readings[-self._window :]
         current = stats.median(recent)
         return self.state_ms / current if current > 0 else 1.0
-
-    def scaled(self, values: Sequence[float], factor: float) -> list[float]:
-        """`values` times `factor`."""
-        return [v * factor for v in values]
 
     def summary(self) -> dict[str, float | int | None]:
         """The state and the spread of this run's readings.
