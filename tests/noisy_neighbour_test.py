@@ -145,10 +145,11 @@ def test_running_refuses_a_bad_kind_and_a_neighbour_that_cannot_start():
 
 
 _PARENT = """
-import os, signal
+import os, signal, time
 from benchmarks import noisy_neighbour
 with noisy_neighbour.running("cpu", duration_s=60.0) as neighbour:
     print(neighbour.pid, flush=True)
+    time.sleep(0.5)  # into its first burst, so that it has been busy
     os.kill(os.getpid(), signal.SIGKILL)
 """
 
