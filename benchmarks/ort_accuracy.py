@@ -46,7 +46,7 @@ def _run_granularity(g, sources, settings, fp, options, brick_options, store):
     """
     from dlbricks_tf import errors, job
     from dlbricks_tf.cutting import suite as suite_lib
-    from dlbricks_tf.estimating import rows
+    from dlbricks_tf.estimating import ranges, rows
 
     runs, failed, measured, results, decompositions = [], {}, {}, {}, {}
     walls: dict[str, float] = {}
@@ -83,6 +83,7 @@ def _run_granularity(g, sources, settings, fp, options, brick_options, store):
             walls[key] = walls.get(key, 0) + result.corpus.get(key, 0)
     if not runs:
         return runs, None, failed
+    ranges.widen(runs)  # Over every model, not one at a time.
     corpus_row = rows.corpus_row(
         g,
         _FUSE.value,

@@ -44,6 +44,7 @@ from pathlib import Path
 from typing import Any
 
 from dlbricks_tf import json_files
+from dlbricks_tf.estimating import ranges
 from dlbricks_tf.estimating.rows import corpus_row, estimate_row, model_row
 from dlbricks_tf.sources import (  # noqa: F401 (the job's names for them)
     MODEL_FILE_SUFFIXES,
@@ -355,6 +356,8 @@ def run_granularity(
         )
         del model, model_timer, model_rounds
     meter.stop()
+    # Each range gains the machine's variation, seen in the other models.
+    ranges.widen(runs)
     machine = {**meter.summary(), **(scale.summary() if scale else {})}
     return GranularityResult(
         runs,

@@ -8,6 +8,7 @@ tight caps, and only the shape of what comes out is checked.
 import dataclasses
 import json
 import math
+import shutil
 
 import pytest
 
@@ -153,6 +154,37 @@ def test_run_job_times_missing_bricks_and_stores_them(files, tmp_path):
         assert row["new_unique_bricks"] >= 1
 
 
+def test_each_range_gains_the_machine_term_of_the_other_models(files, tmp_path):
+    paths = list(files.values())
+    for i, path in enumerate(list(paths)):  # four models: three others each
+        copy = tmp_path / f"copy{i}.keras"
+        shutil.copy(path, copy)
+        paths.append(str(copy))
+    with Store(":memory:") as store:
+        report, _ = job.run_job(
+            job.resolve_models(paths),
+            [1],
+            SETTINGS,
+            store,
+            FAST,
+            fingerprint=FP,
+            check_settings=False,
+        )
+    runs = report["runs"]
+    assert len(runs) == 4
+    for row in runs:
+        assert row["machine_half"] is not None
+        assert row["estimated_low_ms"] <= row["bricks_low_ms"]
+        assert row["bricks_high_ms"] <= row["estimated_high_ms"]
+        assert row["range_flag"] == "" or row["range_half"] > 0.1
+    (corpus,) = report["corpus"]
+    assert corpus["flagged"] == sum(bool(r["range_flag"]) for r in runs)
+    assert corpus["range_holds"] == sum(
+        r["estimated_low_ms"] <= r["measured_ms"] <= r["estimated_high_ms"]
+        for r in runs
+    )
+
+
 def test_measure_and_estimate_models(files):
     sources = job.resolve_models([files["chain"]])
     with Store(":memory:") as store:
@@ -250,7 +282,9 @@ def test_corpus_row_keeps_the_wall_clock_figures_in_order(files):
     row = job.corpus_row(
         1, False, [run], measured, results, suite, b_s=2.0, a_s=1.0
     )
-    assert list(row)[9:13] == ["split", "b_s", "a_s", "unique_bricks"]
+    keys = list(row)
+    at = keys.index("split")
+    assert keys[at : at + 4] == ["split", "b_s", "a_s", "unique_bricks"]
     assert row["geomean_normalized"] == pytest.approx(run["normalized"])
     assert row["speedup"] == pytest.approx(2.0 / (0.5 * len(suite)))
     assert run["normalized"] == pytest.approx(0.5 * len(d.bricks) / 2.0)

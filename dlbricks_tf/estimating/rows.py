@@ -16,7 +16,11 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from dlbricks_tf.cutting.split import split_name
+from dlbricks_tf.estimating import ranges
 from dlbricks_tf.stats import Timing, geomean
+
+# Bricks a row names as weighing most in its range.
+UNCERTAIN_BRICKS = 3
 
 
 def model_row(
@@ -76,9 +80,12 @@ def model_row(
             "normalized_min": nan,
             "estimated_low_ms": nan,
             "estimated_high_ms": nan,
+            "bricks_low_ms": nan,
+            "bricks_high_ms": nan,
             "noisy_bricks": 0,
             "estimate_precision": nan,
         }
+    counts = collections.Counter(b.signature for b in d.bricks)
     seq = estimate_lib.estimate(d, results, "sequential")
     par = estimate_lib.estimate(d, results, "parallel")
     return {
@@ -100,13 +107,25 @@ def model_row(
             if m.min_ms > 0
             else math.inf
         ),
+        # The range: the bricks' bounds until `ranges.widen` adds the
+        # machine's variation over the run's other models.
         "estimated_low_ms": seq.low_ms,
         "estimated_high_ms": seq.high_ms,
+        "bricks_low_ms": seq.low_ms,
+        "bricks_high_ms": seq.high_ms,
         "noisy_bricks": len(seq.noisy_signatures),
         # The relative half-width the bricks' intervals leave the estimate.
-        "estimate_precision": precision.estimate_precision(
-            collections.Counter(b.signature for b in d.bricks), results
-        ),
+        "estimate_precision": precision.estimate_precision(counts, results),
+        # The bricks whose intervals weigh most in it (count x half-width).
+        "uncertain_bricks": [
+            s
+            for s, _ in sorted(
+                counts.items(),
+                key=lambda kv: (
+                    -kv[1] * precision.timing_half_width(results[kv[0]])
+                ),
+            )[:UNCERTAIN_BRICKS]
+        ],
         # How the estimate was obtained (see dlbricks_tf.estimating.beyond).
         "method": "timed",
         "sources": {s.label: s.share for s in seq.sources},
@@ -154,13 +173,11 @@ def corpus_row(
         "geomean_normalized": geomean(normalized),
         "min_normalized": min(normalized, default=math.nan),
         "max_normalized": max(normalized, default=math.nan),
-        # Models within the +-10% the tool promises, and those whose
-        # estimate's range holds their measured latency.
+        # Models within the +-10% the tool promises; those whose range
+        # holds their measured latency, those whose range is wider than
+        # +-10%, and the machine's variation (`ranges.summary`).
         "within_10pct": sum(0.9 <= n <= 1.1 for n in normalized),
-        "range_holds": sum(
-            r["estimated_low_ms"] <= r["measured_ms"] <= r["estimated_high_ms"]
-            for r in estimable
-        ),
+        **ranges.summary(estimable),
         "models": len(estimable),
         # The same from medians (see `model_row`'s normalized_median).
         "geomean_normalized_median": geomean(

@@ -38,7 +38,11 @@ def format_report(report: Mapping[str, Any]) -> str:
     intervals leave each estimate) is added when the rows carry
     `estimate_precision`, a `setup s` column when the corpus rows carry
     `campaign_setup_s` (the part of the campaign no sampling cap shortens),
-    a `repeat diff` column when they carry `repeat_median_rel_diff`
+    a `range +-%` column (the range's relative half-width, bricks and
+    machine, `dlbricks_tf.estimating.ranges`) and a `flag` column (why a
+    range is wider than +-10%) when the rows carry them, a
+    `ranges > +-10%` column (how many are) when the corpus rows carry
+    `flagged`, a `repeat diff` column when they carry `repeat_median_rel_diff`
     (benchmarks/accuracy.py's recheck), a `model drift` column when they
     carry `model_drift_median_rel_diff` (the whole models' median move
     since the previous G's pass of the same run), a `failed bricks` column
@@ -47,16 +51,22 @@ def format_report(report: Mapping[str, Any]) -> str:
     rows of fused decompositions (`"split": "fused"`) show G as "1 fused".
     """
     precise = any("estimate_precision" in r for r in report["runs"])
+    ranged = any("range_half" in r for r in report["runs"])
+    flagged = any(r.get("range_flag") for r in report["runs"])
     failed = any(r.get("failed_bricks") for r in report["runs"])
     sourced = _beyond_timed(report["runs"])
     lines = [
         "| model | G | measured ms | sequential ms | parallel ms "
         "| normalized | normalized (median) | normalized (min) |"
         + (" estimate +-% |" * precise)
+        + (" range +-% |" * ranged)
+        + (" flag |" * flagged)
         + (" failed bricks |" * failed)
         + (" source |" * sourced),
         "|---|---:|---:|---:|---:|---:|---:|---:|"
         + ("---:|" * precise)
+        + ("---:|" * ranged)
+        + ("---|" * flagged)
         + ("---|" * failed)
         + ("---|" * sourced),
     ]
@@ -71,6 +81,11 @@ def format_report(report: Mapping[str, Any]) -> str:
         if precise:
             width = r.get("estimate_precision")
             line += f" {_f(None if width is None else 100 * width, 1)} |"
+        if ranged:
+            width = r.get("range_half")
+            line += f" {_f(None if width is None else 100 * width, 1)} |"
+        if flagged:
+            line += f" {r.get('range_flag') or ''} |"
         if failed:
             line += f" {_signatures(r.get('failed_bricks') or ())} |"
         if sourced:
@@ -99,6 +114,9 @@ def format_report(report: Mapping[str, Any]) -> str:
             header + " within +-10% | range holds |",
             rule + ("---:|---:|"),
         )
+    wide = any("flagged" in c for c in report["corpus"])
+    if wide:
+        header, rule = header + " ranges > +-10% |", rule + "---:|"
     steal = any(c.get("steal_share") is not None for c in report["corpus"])
     if steal:
         header, rule = header + " steal % (peak) |", rule + "---:|"
@@ -132,6 +150,8 @@ def format_report(report: Mapping[str, Any]) -> str:
                 f" {c.get('within_10pct', '-')}/{models} "
                 f"| {c.get('range_holds', '-')}/{models} |"
             )
+        if wide:
+            line += f" {c.get('flagged', '-')}/{c.get('models', '-')} |"
         if steal:
             share, peak = c.get("steal_share"), c.get("steal_peak_share")
             line += (

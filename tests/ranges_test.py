@@ -1,0 +1,114 @@
+"""Tests for dlbricks_tf.estimating.ranges, on exact arithmetic."""
+
+import math
+
+import pytest
+
+from dlbricks_tf.estimating import ranges
+
+
+def _row(model, estimated, measured, low=None, high=None, bricks=("a",)):
+    return {
+        "model": model,
+        "estimated_ms": estimated,
+        "measured_ms": measured,
+        "bricks_low_ms": estimated if low is None else low,
+        "bricks_high_ms": estimated if high is None else high,
+        "estimated_low_ms": estimated if low is None else low,
+        "estimated_high_ms": estimated if high is None else high,
+        "uncertain_bricks": list(bricks),
+    }
+
+
+def test_each_model_is_widened_by_the_others_ratios_alone():
+    ratios = [1.0, 1.1, 0.9, 1.0, 2.0]
+    rows = [_row(f"m{i}", 10.0 * r, 10.0) for i, r in enumerate(ratios)]
+    ranges.widen(rows)
+    logs = [math.log(r) for r in ratios]
+    for i, row in enumerate(rows):
+        others = [x for j, x in enumerate(logs) if j != i]
+        machine = ranges.Z95 * math.sqrt(sum(x * x for x in others) / 4)
+        assert row["machine_half"] == pytest.approx(machine)
+        est = row["estimated_ms"]
+        assert row["estimated_low_ms"] == pytest.approx(est * (1 - machine))
+        assert row["estimated_high_ms"] == pytest.approx(est * (1 + machine))
+        assert row["range_half"] == pytest.approx(machine)
+    # The outlier's own miss does not widen its own range.
+    assert rows[4]["machine_half"] < rows[0]["machine_half"]
+
+
+def test_bricks_and_machine_add_in_quadrature_on_each_side():
+    rows = [_row("x", 100.0, 100.0, low=97.0, high=104.0)]
+    rows += [_row(f"m{i}", 10.0 * r, 10.0) for i, r in enumerate((1.0,) * 3)]
+    rows[1]["estimated_ms"] = 10.0 * math.exp(0.03)  # others: RMS 0.03/sqrt3
+    ranges.widen(rows)
+    machine = ranges.Z95 * 0.03 / math.sqrt(3)
+    assert rows[0]["estimated_low_ms"] == pytest.approx(
+        100 - math.hypot(3.0, 100 * machine)
+    )
+    assert rows[0]["estimated_high_ms"] == pytest.approx(
+        100 + math.hypot(4.0, 100 * machine)
+    )
+
+
+def test_too_few_other_models_leave_the_bricks_range_and_say_so():
+    rows = [_row(f"m{i}", 10.0, 10.0, low=9.5, high=10.4) for i in range(3)]
+    ranges.widen(rows)
+    for row in rows:
+        assert row["machine_half"] is None
+        assert (row["estimated_low_ms"], row["estimated_high_ms"]) == (
+            9.5,
+            10.4,
+        )
+        assert row["range_half"] == pytest.approx(0.05)  # the larger side
+        assert row["range_flag"] == ""
+
+
+def test_a_wide_range_is_flagged_with_its_larger_cause():
+    # Bricks +-15% in x; the others agree exactly: the bricks are named.
+    rows = [_row("x", 10.0, 10.0, 8.5, 11.5, bricks=("conv_1", "bn_2"))]
+    rows += [_row(f"m{i}", 10.0, 10.0) for i in range(3)]
+    ranges.widen(rows)
+    assert rows[0]["range_flag"] == "bricks: conv_1, bn_2"
+    assert [r["range_flag"] for r in rows[1:]] == ["", "", ""]
+    # The others miss by 20% either way: the machine is named.
+    rows = [_row("x", 10.0, 10.0, 9.9, 10.1)]
+    rows += [_row(f"m{i}", 10.0 * r, 10.0) for i, r in enumerate((1.2, 0.8))]
+    rows += [_row("m3", 10.0 * 1.2, 10.0)]
+    ranges.widen(rows)
+    assert rows[0]["range_flag"].startswith("machine: other models missed by")
+
+
+def test_widening_twice_gives_the_same_ranges():
+    rows = [
+        _row(f"m{i}", 10.0 * r, 10.0, 9.0, 11.5)
+        for i, r in enumerate((1, 1.05, 0.97, 1.02))
+    ]
+    ranges.widen(rows)
+    first = [dict(r) for r in rows]
+    ranges.widen(rows)
+    assert rows == first
+
+
+def test_rows_without_an_estimate_are_left_alone_and_not_counted():
+    rows = [_row(f"m{i}", 10.0, 10.0) for i in range(4)]
+    rows.append(_row("failed", math.nan, 10.0))
+    ranges.widen(rows)
+    assert "range_half" not in rows[-1]
+    assert rows[0]["machine_half"] == 0.0  # the others agree exactly
+    summary = ranges.summary(rows)
+    assert summary == {"range_holds": 4, "flagged": 0, "machine_variation": 0.0}
+
+
+def test_summary_counts_holds_and_flags():
+    rows = [_row("x", 10.0, 12.0, 8.0, 11.0), _row("y", 10.0, 10.5, 9.0, 11.0)]
+    rows[0]["range_flag"] = "bricks: a"
+    summary = ranges.summary(rows)
+    assert (summary["range_holds"], summary["flagged"]) == (1, 1)
+    assert summary["machine_variation"] == pytest.approx(
+        math.sqrt((math.log(10 / 12) ** 2 + math.log(10 / 10.5) ** 2) / 2)
+    )
+
+
+if __name__ == "__main__":
+    raise SystemExit(pytest.main([__file__, "-q"]))
