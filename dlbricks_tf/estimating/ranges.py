@@ -11,11 +11,14 @@ lucky one.
 The machine's part is measured in the same run, from the other models:
 every model that `run` measures end to end says how far this machine's
 estimates land from its measurements in this run (the log of its
-normalized latency). A model's machine term is `Z95` times the root mean
-square of those log ratios over the run's *other* models (leave one out,
-so that no model's range is fitted to its own measurement), with at least
-`MIN_OTHERS` of them; with fewer the range is the bricks' alone, and the
-row says so. The two parts add in quadrature on each side of the estimate.
+normalized latency). A model's machine term is the root mean square of
+those log ratios over the run's *other* models (leave one out, so that no
+model's range is fitted to its own measurement) times Student's t at 95%
+with as many degrees of freedom as there are others (the interval of one
+new draw of a spread known from n draws around 0: 4.30 from two others,
+2.18 from twelve), with at least `MIN_OTHERS` of them; with fewer the
+range is the bricks' alone, and the row says so (`machine_half` None).
+The two parts add in quadrature on each side of the estimate.
 
 A model is flagged when its range is wider than +-10% (the accuracy the
 tool promises) and the row says why: the bricks whose intervals weigh most
@@ -32,11 +35,11 @@ import math
 from collections.abc import Mapping, MutableMapping, Sequence
 from typing import Any
 
-# Two-sided 95% of a normal: the bricks' intervals are 95% intervals too.
-Z95 = 1.96
-# Other models the machine's term needs: one or two ratios say nothing of
-# a spread.
-MIN_OTHERS = 3
+from dlbricks_tf.stats import t975
+
+# Other models the machine's term needs: `make run`'s three models give
+# each two (one ratio says next to nothing of a spread).
+MIN_OTHERS = 2
 # The accuracy the tool promises: a wider range is flagged.
 PROMISE = 0.10
 
@@ -59,7 +62,7 @@ def rms(values: Sequence[float]) -> float:
 
 
 def machine_halves(rows: Sequence[Mapping[str, Any]]) -> list[float | None]:
-    """Each row's machine term, relative: `Z95` x RMS over the others.
+    """Each row's machine term, relative: t975(n) x RMS over n others.
 
     Args:
         rows: Model rows of one G (each with `estimated_ms`, `measured_ms`).
@@ -72,7 +75,8 @@ def machine_halves(rows: Sequence[Mapping[str, Any]]) -> list[float | None]:
     out: list[float | None] = []
     for i in range(len(rows)):
         others = [r for j, r in enumerate(ratios) if j != i and r is not None]
-        out.append(Z95 * rms(others) if len(others) >= MIN_OTHERS else None)
+        n = len(others)
+        out.append(t975(n) * rms(others) if n >= MIN_OTHERS else None)
     return out
 
 
@@ -113,7 +117,7 @@ def _why(row: Mapping[str, Any], half: float, machine: float | None) -> str:
     bricks = (row["bricks_high_ms"] - row["bricks_low_ms"]) / 2
     bricks /= row["estimated_ms"]
     if machine is not None and machine >= bricks:
-        return f"machine: other models missed by +-{100 * machine / Z95:.0f}%"
+        return f"machine: +-{100 * machine:.0f}% from the other models' misses"
     named = ", ".join(row.get("uncertain_bricks") or ())
     return f"bricks: {named}" if named else "bricks"
 
