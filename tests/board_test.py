@@ -84,6 +84,8 @@ def _job():
                 "end_to_end_wall_s": 2.0,
                 "steal_share": 0.05 * g,
                 "steal_peak_share": 0.25 * g,
+                "range_holds": 2,
+                "flagged": g - 1,
             }
         )
         details[g] = job.GranularityResult(
@@ -149,7 +151,10 @@ def test_hparams_experiment_and_sessions(logs):
         "inter_op_threads",
     }
     metrics = {m.name.tag for m in data.experiment.metric_infos}
-    assert metrics == set(board.METRICS) | set(board.STEAL_METRICS)
+    assert metrics == set(board.METRICS) | set(board.STEAL_METRICS) | {
+        "corpus/range_holds",
+        "corpus/flagged",
+    }
 
     session = _read(log_dir / "hparams" / "G=2")
     start = plugin_data_pb2.HParamsPluginData.FromString(
@@ -163,7 +168,7 @@ def test_hparams_experiment_and_sessions(logs):
     )
 
 
-def test_steal_scalars_per_g(logs):
+def test_steal_and_range_scalars_per_g(logs):
     log_dir, _, _ = logs
     for g in (1, 2):
         session = _read(log_dir / "hparams" / f"G={g}")
@@ -173,15 +178,20 @@ def test_steal_scalars_per_g(logs):
         assert _values(session, "corpus/steal_peak_share") == pytest.approx(
             {g: 0.25 * g}
         )
+        assert _values(session, "corpus/flagged") == {g: g - 1}
+        assert _values(session, "corpus/range_holds") == {g: 2}
     (corpus,) = _read(log_dir / "tables").Tensors("corpus")
     text = tf.make_ndarray(corpus.tensor_proto).item().decode()
-    assert text.splitlines()[0].endswith("| steal_share | steal_peak_share |")
+    assert text.splitlines()[0].endswith(
+        "| steal_share | steal_peak_share | range_holds | flagged |"
+    )
 
 
 def test_a_report_without_steal_or_ranges_writes_neither(tmp_path):
     report, _ = _job()
     for row in report["corpus"]:
         del row["steal_share"], row["steal_peak_share"]
+        del row["range_holds"], row["flagged"]
     for row in report["runs"]:
         for key in RANGES[1]:
             row.pop(key, None)

@@ -10,7 +10,8 @@ Runs written under the log directory:
                      and the hypervisor steal of the run when the report
                      has it)
     hparams/G=<g>    one session per G with its metric scalars, among them
-                     corpus/steal_share and corpus/steal_peak_share
+                     corpus/steal_share and corpus/steal_peak_share, and
+                     corpus/flagged (ranges wider than +-10%)
     tables           Markdown tables (text dashboard): results, corpus,
                      bricks/<model> at step G
     charts           images at step G: normalized latency per model (with
@@ -65,6 +66,15 @@ METRICS = {
 STEAL_METRICS = {
     "corpus/steal_share": "hypervisor steal share",
     "corpus/steal_peak_share": "peak hypervisor steal share",
+}
+# And the estimates' ranges (`dlbricks_tf.estimating.ranges`): models
+# within +-10%, whose range holds the measurement, whose range is wider
+# than +-10%, and the RMS log miss of the run's models.
+RANGE_METRICS = {
+    "corpus/within_10pct": "models within +-10%",
+    "corpus/range_holds": "models whose range holds the measurement",
+    "corpus/flagged": "models whose range is wider than +-10%",
+    "corpus/machine_variation": "RMS log miss of the models",
 }
 # Board images are shown scaled down to a card's width (about 500 px):
 # about 1200 px wide, with type large enough to read at that scale.
@@ -168,10 +178,10 @@ def _hparams(log_dir: Path, report: Mapping[str, Any]) -> None:
 
 
 def _steal_metrics(corpus: Sequence[Mapping[str, Any]]) -> dict[str, str]:
-    """The steal metrics that some corpus row has a figure of."""
+    """The steal and range metrics that some corpus row has a figure of."""
     return {
         tag: name
-        for tag, name in STEAL_METRICS.items()
+        for tag, name in {**STEAL_METRICS, **RANGE_METRICS}.items()
         if any(c.get(tag.removeprefix("corpus/")) is not None for c in corpus)
     }
 

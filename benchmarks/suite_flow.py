@@ -1,0 +1,229 @@
+r"""The suite flow across processes, against `run`, on a few models.
+
+A user who cannot run the models where they are timed exports their
+bricks, times the suite in one process (`dlbricks bench --suite`), times
+the whole models later in another (`dlbricks measure`) and estimates from
+the recipes and the store (`dlbricks estimate --recipe`). Nothing cancels
+the machine's drift between those processes. This script runs that flow
+as a user does, each command a process of its own, with `--pause_s`
+between `bench --suite` and `measure`, then `dlbricks run` on the same
+models into a store of its own, `--runs` times over; with `--neighbour`
+a seeded noisy neighbour (benchmarks.noisy_neighbour) runs beside every
+timing command.
+
+Figures, per run and model: the suite flow's normalized latency (estimate
+from the suite's bricks / `measure`'s latency) and `run`'s; and across
+processes, the median relative difference between the suite's and `run`'s
+timings of the same bricks (those of at least 20 us) and of the same whole
+models (`measure` against `run`), minutes apart.
+
+Usage:
+    python -m benchmarks.suite_flow --models=MobileNetV2,ResNet50,\
+EfficientNetB0,DenseNet121 --runs=2 --out=dlbricks_out/suite_flow
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from absl import app, flags
+
+from benchmarks import noisy_neighbour
+
+_MODELS = flags.DEFINE_list(
+    "models",
+    ["MobileNetV2", "ResNet50", "EfficientNetB0", "DenseNet121"],
+    "keras.applications models (or .keras files) to take through the flow.",
+)
+_GRANULARITY = flags.DEFINE_integer("granularity", 1, "G of the suite.")
+_THREADS = flags.DEFINE_integer("intra_op_threads", 2, "Intra-op threads.")
+_RUNS = flags.DEFINE_integer("runs", 2, "Times the whole flow is run.")
+_PAUSE = flags.DEFINE_float(
+    "pause_s", 60.0, "Seconds between `bench --suite` and `measure`."
+)
+_OUT = flags.DEFINE_string(
+    "out", "dlbricks_out/suite_flow", "Folder of the suite, stores, report."
+)
+_NEIGHBOUR = flags.DEFINE_enum(
+    "neighbour",
+    "none",
+    list(noisy_neighbour.KINDS),
+    "A seeded noisy neighbour beside every timing command.",
+)
+_NEIGHBOUR_SEED = flags.DEFINE_integer(
+    "neighbour_seed", 0, "Seed of the neighbour's bursts."
+)
+# Bricks faster than this have meaningless relative differences.
+_MIN_BRICK_MS = 0.02
+
+
+def _dlbricks(*args: str, neighbour: bool = True) -> float:
+    """Runs one dlbricks command in a process of its own; its seconds."""
+    command = [sys.executable, "-m", "tools.dlbricks", *args]
+    print("$ dlbricks " + " ".join(args), flush=True)
+    start = time.perf_counter()
+    kind = _NEIGHBOUR.value if neighbour else "none"
+    with noisy_neighbour.running(kind, _NEIGHBOUR_SEED.value):
+        done = subprocess.run(command, capture_output=True, text=True)
+    if done.returncode:
+        sys.exit(
+            f"dlbricks {args[0]} failed ({done.returncode}):\n{done.stderr}"
+        )
+    return time.perf_counter() - start
+
+
+def _timings(db: Path, kind: str) -> dict[str, dict]:
+    """{key: row} of a store's `kind` rows (one settings key per store)."""
+    from dlbricks_tf.store import Store
+
+    with Store(db) as store:
+        rows = store.rows(kind)
+    column = "signature" if kind == "brick" else "model"
+    return {r[column]: r for r in rows}
+
+
+def _center(row: dict) -> float:
+    return row["median_ms"] if row.get("mean_ms") is None else row["mean_ms"]
+
+
+def _median(values: list[float]) -> float:
+    from dlbricks_tf.stats import median
+
+    return median(values) if values else math.nan
+
+
+def _rel_diffs(a: dict[str, dict], b: dict[str, dict]) -> list[float]:
+    """|b - a| / a of the keys both hold (bricks of 20 us or more)."""
+    return [
+        abs(_center(b[k]) - _center(a[k])) / _center(a[k])
+        for k in sorted(a.keys() & b.keys())
+        if _center(a[k]) >= _MIN_BRICK_MS
+    ]
+
+
+def _estimates(db: Path, recipes: list[Path]) -> dict[str, float]:
+    """{model: normalized} from the recipes and a store, as `estimate
+    --recipe` computes it."""
+    from dlbricks_tf import job
+    from dlbricks_tf import settings as settings_lib
+    from dlbricks_tf.fingerprint import system_fingerprint
+    from dlbricks_tf.portable import recipe as recipe_lib
+    from dlbricks_tf.store import Store
+
+    settings = settings_lib.RunSettings.default(
+        1, intra_op_threads=_THREADS.value, inter_op_threads=1
+    )
+    plans = [recipe_lib.load(p) for p in recipes]
+    with Store(db) as store:
+        rows = job.estimate_plans(
+            ((p.name, p) for p in plans), settings, system_fingerprint(), store
+        )
+    return {r["model"]: r["normalized"] for r in rows}
+
+
+def _flow(run: int, out: Path, recipes: list[Path]) -> dict:
+    """One pass: bench --suite, pause, measure, then run; its figures."""
+    models = ",".join(_MODELS.value)
+    g = str(_GRANULARITY.value)
+    threads = f"--intra_op_threads={_THREADS.value}"
+    suite_db, run_db = out / f"suite{run}.sqlite", out / f"run{run}.sqlite"
+    for db in (suite_db, run_db):
+        db.unlink(missing_ok=True)
+    bench_s = _dlbricks(
+        "bench", f"--suite={out / 'suite'}", f"--db={suite_db}", threads
+    )
+    time.sleep(_PAUSE.value)
+    measure_s = _dlbricks(
+        "measure", f"--models={models}", f"--db={suite_db}", threads
+    )
+    run_s = _dlbricks(
+        "run",
+        f"--models={models}",
+        f"--granularity={g}",
+        f"--db={run_db}",
+        f"--out={out / f'run{run}'}",
+        threads,
+    )
+    flow = _estimates(suite_db, recipes)
+    with open(out / f"run{run}" / "report.json") as f:
+        runs = json.load(f)["runs"]
+    bricks = _rel_diffs(_timings(suite_db, "brick"), _timings(run_db, "brick"))
+    whole = _rel_diffs(_timings(suite_db, "model"), _timings(run_db, "model"))
+    return {
+        "run": run,
+        "suite_flow": flow,
+        "run_command": {r["model"]: r["normalized"] for r in runs},
+        "bricks_compared": len(bricks),
+        "brick_median_rel_diff": _median(bricks),
+        "model_median_rel_diff": _median(whole),
+        "bench_s": bench_s,
+        "measure_s": measure_s,
+        "run_s": run_s,
+    }
+
+
+def _table(results: list[dict]) -> str:
+    lines = [
+        "| run | model | suite flow | run |",
+        "|---:|---|---:|---:|",
+    ]
+    for r in results:
+        for model in _MODELS.value:
+            name = Path(model).stem if model.endswith(".keras") else model
+            flow = r["suite_flow"].get(name, math.nan)
+            direct = r["run_command"].get(name, math.nan)
+            lines.append(f"| {r['run']} | {name} | {flow:.3f} | {direct:.3f} |")
+    lines += [
+        "",
+        "| run | suite flow within +-10% | run within +-10% "
+        "| bricks across processes | models across processes |",
+        "|---:|---:|---:|---:|---:|",
+    ]
+    for r in results:
+        flow = sum(0.9 <= v <= 1.1 for v in r["suite_flow"].values())
+        direct = sum(0.9 <= v <= 1.1 for v in r["run_command"].values())
+        n = len(_MODELS.value)
+        lines.append(
+            f"| {r['run']} | {flow}/{n} | {direct}/{n} "
+            f"| {100 * r['brick_median_rel_diff']:.1f}% "
+            f"({r['bricks_compared']}) "
+            f"| {100 * r['model_median_rel_diff']:.1f}% |"
+        )
+    return "\n".join(lines)
+
+
+def main(argv: list[str]) -> None:
+    if len(argv) > 1:
+        raise app.UsageError(f"Unexpected arguments: {argv[1:]}")
+    if _RUNS.value < 1 or _PAUSE.value < 0:
+        raise app.UsageError("--runs must be 1 or more and --pause_s >= 0.")
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+    out = Path(_OUT.value)
+    out.mkdir(parents=True, exist_ok=True)
+    recipes_dir = out / "recipes"
+    if not (out / "suite" / "manifest.json").exists():
+        _dlbricks(
+            "export",
+            f"--models={','.join(_MODELS.value)}",
+            f"--granularity={_GRANULARITY.value}",
+            f"--suite={out / 'suite'}",
+            f"--recipes={recipes_dir}",
+            neighbour=False,
+        )
+    recipes = sorted(recipes_dir.glob("*.json"))
+    results = []
+    for run in range(1, _RUNS.value + 1):
+        results.append(_flow(run, out, recipes))
+        (out / "suite_flow.json").write_text(json.dumps(results, indent=1))
+    print(_table(results))
+    print(f"\nResults: {out / 'suite_flow.json'}")
+
+
+if __name__ == "__main__":
+    app.run(main)
