@@ -59,6 +59,14 @@ _NEIGHBOUR = flags.DEFINE_enum(
 _NEIGHBOUR_SEED = flags.DEFINE_integer(
     "neighbour_seed", 0, "Seed of the neighbour's bursts."
 )
+_REFERENCE = flags.DEFINE_bool(
+    "reference",
+    False,
+    "Pass --reference to every timing command: each batch of samples "
+    "scaled to the machine's reference state "
+    "(dlbricks_tf.measuring.reference), the design aimed at drift between "
+    "processes.",
+)
 # Bricks faster than this have meaningless relative differences.
 _MIN_BRICK_MS = 0.02
 
@@ -107,24 +115,42 @@ def _rel_diffs(a: dict[str, dict], b: dict[str, dict]) -> list[float]:
     ]
 
 
-def _estimates(db: Path, recipes: list[Path]) -> dict[str, float]:
-    """{model: normalized} from the recipes and a store, as `estimate
-    --recipe` computes it."""
-    from dlbricks_tf import job
+def _key():
+    """(settings, fingerprint) of the commands' timings."""
     from dlbricks_tf import settings as settings_lib
     from dlbricks_tf.fingerprint import system_fingerprint
-    from dlbricks_tf.portable import recipe as recipe_lib
-    from dlbricks_tf.store import Store
 
     settings = settings_lib.RunSettings.default(
         1, intra_op_threads=_THREADS.value, inter_op_threads=1
     )
+    return settings, system_fingerprint()
+
+
+def _estimates(db: Path, recipes: list[Path]) -> dict[str, float]:
+    """{model: normalized} from the recipes and a store, as `estimate
+    --recipe` computes it."""
+    from dlbricks_tf import job
+    from dlbricks_tf.portable import recipe as recipe_lib
+    from dlbricks_tf.store import Store
+
     plans = [recipe_lib.load(p) for p in recipes]
     with Store(db) as store:
-        rows = job.estimate_plans(
-            ((p.name, p) for p in plans), settings, system_fingerprint(), store
-        )
+        rows = job.estimate_plans(((p.name, p) for p in plans), *_key(), store)
     return {r["model"]: r["normalized"] for r in rows}
+
+
+def _share_reference_state(source: Path, target: Path) -> None:
+    """Puts `source`'s reference state into `target`: `run` then scales
+    to the state `bench --suite` calibrated, one scale for both stores."""
+    from dlbricks_tf.store import Store
+
+    settings, fp = _key()
+    with Store(source) as store:
+        state = store.reference_state(settings, fp)
+    if state is None:
+        sys.exit(f"{source} holds no reference state for {settings.key()}.")
+    with Store(target) as store:
+        store.put_reference_state(settings, fp, state)
 
 
 def _flow(run: int, out: Path, recipes: list[Path]) -> dict:
@@ -132,15 +158,22 @@ def _flow(run: int, out: Path, recipes: list[Path]) -> dict:
     models = ",".join(_MODELS.value)
     g = str(_GRANULARITY.value)
     threads = f"--intra_op_threads={_THREADS.value}"
+    reference = f"--{'' if _REFERENCE.value else 'no'}reference"
     suite_db, run_db = out / f"suite{run}.sqlite", out / f"run{run}.sqlite"
     for db in (suite_db, run_db):
         db.unlink(missing_ok=True)
     bench_s = _dlbricks(
-        "bench", f"--suite={out / 'suite'}", f"--db={suite_db}", threads
+        "bench",
+        f"--suite={out / 'suite'}",
+        f"--db={suite_db}",
+        threads,
+        reference,
     )
+    if _REFERENCE.value:
+        _share_reference_state(suite_db, run_db)
     time.sleep(_PAUSE.value)
     measure_s = _dlbricks(
-        "measure", f"--models={models}", f"--db={suite_db}", threads
+        "measure", f"--models={models}", f"--db={suite_db}", threads, reference
     )
     run_s = _dlbricks(
         "run",
@@ -149,6 +182,7 @@ def _flow(run: int, out: Path, recipes: list[Path]) -> dict:
         f"--db={run_db}",
         f"--out={out / f'run{run}'}",
         threads,
+        reference,
     )
     flow = _estimates(suite_db, recipes)
     with open(out / f"run{run}" / "report.json") as f:
