@@ -49,11 +49,16 @@ class ModelResult:
             None when `estimate` found no end-to-end timing in the store.
         estimated_ms: The sum of its bricks' latencies (nan if a brick
             failed).
-        low_ms: Lower bound of the estimate's 95% interval.
+        low_ms: Lower bound of the estimate's range: from `run`, the
+            bricks' 95% bounds widened by the machine's variation seen in
+            the run's other models (`dlbricks_tf.estimating.ranges`); from
+            `estimate`, the bricks' bounds alone.
         high_ms: Upper bound.
         normalized: estimated / measured (None without a measurement).
         failed_bricks: {signature: reason} of its bricks that could not
             be built or timed.
+        range_flag: Why the range is wider than +-10% ("" if it is not,
+            or if only the bricks' bounds are known).
     """
 
     model: str
@@ -64,6 +69,7 @@ class ModelResult:
     high_ms: float
     normalized: float | None
     failed_bricks: dict[str, str] = dataclasses.field(default_factory=dict)
+    range_flag: str = ""
 
     @property
     def within(self) -> bool:
@@ -251,4 +257,5 @@ def _result(
         high_ms=row[high],
         normalized=row["normalized"],
         failed_bricks=dict(row.get("failed_bricks") or {}),
+        range_flag=row.get("range_flag") or "",
     )

@@ -44,6 +44,11 @@ def test_the_readme_example_times_measures_and_estimates(files, tmp_path):
         assert r.measured_ms > 0 and r.low_ms <= r.estimated_ms <= r.high_ms
         assert r.normalized == pytest.approx(r.estimated_ms / r.measured_ms)
         assert r.failed_bricks == {}
+        # A range wider than +-10% says why (two models: one other each,
+        # too few to widen a range, so the bricks' bounds are the range).
+        est = r.estimated_ms
+        half = max(est - r.low_ms, r.high_ms - est) / est
+        assert bool(r.range_flag) == (half > 0.1)
     # The store now holds every brick: estimating times nothing and gives
     # the same estimates.
     again = dlbricks_tf.estimate(files, db=db, granularity=2, settings=settings)
