@@ -1,8 +1,11 @@
-"""Tests of tools/dlbricks.py: the command line, run as a subprocess.
+"""Tests of tools/dlbricks.py: the command line.
 
 Tiny models saved to .keras files, tight timing caps: the checks are exit
 codes, the one-line errors, the files written, the TensorBoard event files
 read back, and the real TensorBoard server asked for its runs and tags.
+The whole job (`run`) is a subprocess, as a user starts it: its thread
+pools set from the flags, nothing on stderr; the other commands run in
+this process.
 """
 
 import dataclasses
@@ -25,7 +28,7 @@ from dlbricks_tf.settings import RunSettings
 from dlbricks_tf.stats import Timing
 from dlbricks_tf.store import Store
 from tests import models
-from tests.cli import FAST, dlbricks
+from tests.cli import FAST, dlbricks, subprocess_dlbricks
 
 
 @pytest.fixture(scope="module")
@@ -42,7 +45,7 @@ def files(tmp_path_factory):
 @pytest.fixture(scope="module")
 def ran(files, tmp_path_factory):
     out = tmp_path_factory.mktemp("run") / "out"
-    proc = dlbricks(
+    proc = subprocess_dlbricks(
         "run",
         f"--models={','.join(files)}",
         "--granularity=1,2",
@@ -202,11 +205,11 @@ def test_decompose_estimate_and_merge(ran, files, tmp_path):
 
 def test_bench_measure_then_estimate(files, tmp_path):
     db = tmp_path / "s.sqlite"
-    common = [f"--models={files[0]}", f"--db={db}", *FAST]
-    proc = dlbricks("bench", *common)
+    common = [f"--models={files[0]}", f"--db={db}"]
+    proc = dlbricks("bench", *common, *FAST)
     assert proc.returncode == 0, proc.stderr
     assert "G=1: timed" in proc.stdout
-    proc = dlbricks("measure", *common)
+    proc = dlbricks("measure", *common, *FAST)
     assert proc.returncode == 0, proc.stderr
     assert "| chain |" in proc.stdout
     proc = dlbricks("estimate", *common)
@@ -240,8 +243,8 @@ def test_fuse_cuts_conv_bn_relu_units_for_bench_and_estimate(files, tmp_path):
     assert proc.returncode == 0, proc.stderr
     assert "Conv2D, BatchNormalization, ReLU" in proc.stdout
     db = tmp_path / "s.sqlite"
-    common = [f"--models={files[0]}", f"--db={db}", *FAST]
-    proc = dlbricks("bench", "--fuse", *common)
+    common = [f"--models={files[0]}", f"--db={db}"]
+    proc = dlbricks("bench", "--fuse", *common, *FAST)
     assert proc.returncode == 0, proc.stderr
     # chain at G=1 fused: two conv units (3 and 8 channels in), the
     # pooling and the dense layer.
