@@ -372,12 +372,49 @@ if __name__ == "__main__":
 
 def test_a_flag_of_another_command_is_refused_in_one_line(files):
     proc = dlbricks("decompose", f"--models={files[0]}", "--retime")
-    assert proc.returncode != 0
-    lines = proc.stderr.strip().splitlines()
-    assert lines == [
+    assert proc.returncode == 2
+    assert proc.stderr.splitlines() == [
         "dlbricks: error: decompose does not use --retime (a flag of run); "
         "drop it. See --helpfull."
     ]
+
+
+@pytest.mark.parametrize(
+    "command, flag",
+    [
+        ("decompose", "--min_samples=3"),
+        ("estimate", "--max_samples=50"),
+        ("export", "--protocol=loop"),
+        ("merge", "--reference"),
+        ("report", "--chain_links=4"),
+        ("analyze", "--input_copies=2"),
+    ],
+)
+def test_a_timing_flag_is_refused_by_a_command_that_does_not_time(
+    files, command, flag, tmp_path
+):
+    name = flag.split("=")[0]
+    # Before anything is read or written: no model, store or output.
+    proc = dlbricks(command, flag, f"--out={tmp_path / 'out'}")
+    assert proc.returncode == 2
+    assert proc.stderr.splitlines() == [
+        f"dlbricks: error: {command} does not use {name} (a timing flag of "
+        "run, bench and measure); drop it. See --helpfull."
+    ]
+    assert not (tmp_path / "out").exists()
+
+
+def test_estimate_reads_the_protocol_of_the_timings_it_adds(files, tmp_path):
+    # --protocol picks the stored timings: those of bench's protocol.
+    db = tmp_path / "s.sqlite"
+    common = [f"--models={files[0]}", f"--db={db}"]
+    proc = dlbricks("bench", "--protocol=loop", *common, *FAST)
+    assert proc.returncode == 0, proc.stderr
+    proc = dlbricks("estimate", "--protocol=loop", *common)
+    assert proc.returncode == 0, proc.stderr
+    assert "| chain | 1 |" in proc.stdout
+    proc = dlbricks("estimate", *common)  # Chains: none stored.
+    assert proc.returncode == 1 and "no timing" in proc.stderr, proc.stderr
 
 
 def test_run_and_measure_on_onnx_runtime(files, tmp_path):

@@ -21,7 +21,7 @@ from dlbricks_tf.fingerprint import system_fingerprint
 from dlbricks_tf.settings import RunSettings
 from dlbricks_tf.store import Store
 from tests import models
-from tests.cli import FAST, dlbricks
+from tests.cli import dlbricks
 from tests.fakes import FP, SETTINGS
 from tests.law import law_ms
 from tests.law import law_store as _law_store
@@ -337,7 +337,6 @@ def test_cli_estimate_cover_and_predict(files, tmp_path):
         f"--models={','.join(files)}",
         f"--db={db}",
         f"--out={tmp_path / 'out'}",
-        *FAST,
     ]
     proc = dlbricks("estimate", *common)
     assert proc.returncode == 1
@@ -366,7 +365,6 @@ def test_cli_cover_uses_bricks_of_several_g(files, tmp_path):
         f"--models={files[0]}",
         f"--db={db}",
         f"--out={tmp_path / 'out'}",
-        *FAST,
     ]
     proc = dlbricks("estimate", "--granularity=2", *common)
     assert proc.returncode == 1  # Only G=1 bricks are stored.
