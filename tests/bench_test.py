@@ -14,7 +14,6 @@ import pytest
 
 import dlbricks_tf
 from dlbricks_tf import bench
-from dlbricks_tf import settings as settings_lib
 from dlbricks_tf.cutting import suite as suite_lib
 from dlbricks_tf.estimating import estimate as estimate_lib
 from dlbricks_tf.fingerprint import system_fingerprint
@@ -22,21 +21,9 @@ from dlbricks_tf.measuring import timing
 from dlbricks_tf.store import Store
 from tests import models
 
-
-def _settings():
-    try:
-        settings_lib.configure_threads(1, 1)
-        checked = True
-    except settings_lib.ThreadPoolError:
-        checked = False  # An earlier test ran TensorFlow first.
-    # The loop protocol (one traced loop per brick): chains are tested in
-    # tests/chain_test.py.
-    return settings_lib.RunSettings(
-        1, 1, 1, onednn=settings_lib.onednn_enabled(), protocol="loop"
-    ), checked
-
-
-SETTINGS, CHECKED = _settings()
+# The loop protocol (one traced loop per brick): chains are tested in
+# tests/chain_test.py.
+SETTINGS, CHECKED = models.settings(protocol="loop")
 FAST = timing.TimingOptions(
     min_samples=5, max_samples=15, max_seconds=0.3, target_sample_ms=1.0
 )

@@ -14,26 +14,13 @@ import pytest
 
 import dlbricks_tf
 from dlbricks_tf import bench, job
-from dlbricks_tf import settings as settings_lib
 from dlbricks_tf.cutting import suite as suite_lib
 from dlbricks_tf.fingerprint import system_fingerprint
 from dlbricks_tf.measuring import brick_timing, sampling
 from dlbricks_tf.store import Store
 from tests import models
 
-
-def _settings():
-    try:
-        settings_lib.configure_threads(1, 1)
-        checked = True
-    except settings_lib.ThreadPoolError:
-        checked = False  # An earlier test ran TensorFlow first.
-    return settings_lib.RunSettings(
-        1, 1, 1, onednn=settings_lib.onednn_enabled()
-    ), checked
-
-
-SETTINGS, CHECKED = _settings()
+SETTINGS, CHECKED = models.settings()
 LOOP = dataclasses.replace(SETTINGS, protocol="loop")
 ORT = dataclasses.replace(SETTINGS, backend="onnxruntime", protocol="loop")
 FAST = sampling.TimingOptions(

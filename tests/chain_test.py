@@ -16,19 +16,7 @@ from dlbricks_tf.estimating import estimate as estimate_lib
 from dlbricks_tf.measuring import campaign, chain, timing
 from tests import models
 
-
-def _settings():
-    try:
-        settings_lib.configure_threads(1, 1)
-        checked = True
-    except settings_lib.ThreadPoolError:
-        checked = False  # An earlier test ran TensorFlow first.
-    return settings_lib.RunSettings(
-        1, 1, 1, onednn=settings_lib.onednn_enabled()
-    ), checked
-
-
-SETTINGS, CHECKED = _settings()
+SETTINGS, CHECKED = models.settings()
 FAST = timing.TimingOptions(min_samples=4, max_samples=8, max_seconds=2.0)
 
 

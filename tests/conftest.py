@@ -17,3 +17,25 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 if os.environ.setdefault("OMP_NUM_THREADS", "1") == "1":
     threadpoolctl.threadpool_limits(1)
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+
+def pytest_collection_finish(session):
+    """Fixes TensorFlow's pools at one thread each, before any test runs.
+
+    TensorFlow fixes them at its first op; a test that ran one first would
+    fix TensorFlow's defaults, and the commands the tests run in this
+    process (`tests/cli.py`) and the timers that check their settings need
+    these. Only if a test file imported TensorFlow: the others stay free
+    of it.
+    """
+    del session  # Unused.
+    if "tensorflow" not in sys.modules:
+        return
+    from dlbricks_tf import settings
+
+    try:
+        settings.configure_threads(1, 1)
+    except settings.ThreadPoolError:
+        # A file run as the main module (Bazel) ran an op on import:
+        # timers then do not check the pools (`tests.models.settings`).
+        pass

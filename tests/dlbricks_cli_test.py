@@ -1,8 +1,11 @@
-"""Tests of tools/dlbricks.py: the command line, run as a subprocess.
+"""Tests of tools/dlbricks.py: the command line.
 
 Tiny models saved to .keras files, tight timing caps: the checks are exit
 codes, the one-line errors, the files written, the TensorBoard event files
 read back, and the real TensorBoard server asked for its runs and tags.
+The whole job (`run`) is a subprocess, as a user starts it: its thread
+pools set from the flags, nothing on stderr; the other commands run in
+this process.
 """
 
 import dataclasses
@@ -25,7 +28,7 @@ from dlbricks_tf.settings import RunSettings
 from dlbricks_tf.stats import Timing
 from dlbricks_tf.store import Store
 from tests import models
-from tests.cli import FAST, dlbricks
+from tests.cli import FAST, dlbricks, subprocess_dlbricks
 
 
 @pytest.fixture(scope="module")
@@ -42,7 +45,7 @@ def files(tmp_path_factory):
 @pytest.fixture(scope="module")
 def ran(files, tmp_path_factory):
     out = tmp_path_factory.mktemp("run") / "out"
-    proc = dlbricks(
+    proc = subprocess_dlbricks(
         "run",
         f"--models={','.join(files)}",
         "--granularity=1,2",
@@ -202,11 +205,11 @@ def test_decompose_estimate_and_merge(ran, files, tmp_path):
 
 def test_bench_measure_then_estimate(files, tmp_path):
     db = tmp_path / "s.sqlite"
-    common = [f"--models={files[0]}", f"--db={db}", *FAST]
-    proc = dlbricks("bench", *common)
+    common = [f"--models={files[0]}", f"--db={db}"]
+    proc = dlbricks("bench", *common, *FAST)
     assert proc.returncode == 0, proc.stderr
     assert "G=1: timed" in proc.stdout
-    proc = dlbricks("measure", *common)
+    proc = dlbricks("measure", *common, *FAST)
     assert proc.returncode == 0, proc.stderr
     assert "| chain |" in proc.stdout
     proc = dlbricks("estimate", *common)
@@ -240,8 +243,8 @@ def test_fuse_cuts_conv_bn_relu_units_for_bench_and_estimate(files, tmp_path):
     assert proc.returncode == 0, proc.stderr
     assert "Conv2D, BatchNormalization, ReLU" in proc.stdout
     db = tmp_path / "s.sqlite"
-    common = [f"--models={files[0]}", f"--db={db}", *FAST]
-    proc = dlbricks("bench", "--fuse", *common)
+    common = [f"--models={files[0]}", f"--db={db}"]
+    proc = dlbricks("bench", "--fuse", *common, *FAST)
     assert proc.returncode == 0, proc.stderr
     # chain at G=1 fused: two conv units (3 and 8 channels in), the
     # pooling and the dense layer.
@@ -369,12 +372,49 @@ if __name__ == "__main__":
 
 def test_a_flag_of_another_command_is_refused_in_one_line(files):
     proc = dlbricks("decompose", f"--models={files[0]}", "--retime")
-    assert proc.returncode != 0
-    lines = proc.stderr.strip().splitlines()
-    assert lines == [
+    assert proc.returncode == 2
+    assert proc.stderr.splitlines() == [
         "dlbricks: error: decompose does not use --retime (a flag of run); "
         "drop it. See --helpfull."
     ]
+
+
+@pytest.mark.parametrize(
+    "command, flag",
+    [
+        ("decompose", "--min_samples=3"),
+        ("estimate", "--max_samples=50"),
+        ("export", "--protocol=loop"),
+        ("merge", "--reference"),
+        ("report", "--chain_links=4"),
+        ("analyze", "--input_copies=2"),
+    ],
+)
+def test_a_timing_flag_is_refused_by_a_command_that_does_not_time(
+    files, command, flag, tmp_path
+):
+    name = flag.split("=")[0]
+    # Before anything is read or written: no model, store or output.
+    proc = dlbricks(command, flag, f"--out={tmp_path / 'out'}")
+    assert proc.returncode == 2
+    assert proc.stderr.splitlines() == [
+        f"dlbricks: error: {command} does not use {name} (a timing flag of "
+        "run, bench and measure); drop it. See --helpfull."
+    ]
+    assert not (tmp_path / "out").exists()
+
+
+def test_estimate_reads_the_protocol_of_the_timings_it_adds(files, tmp_path):
+    # --protocol picks the stored timings: those of bench's protocol.
+    db = tmp_path / "s.sqlite"
+    common = [f"--models={files[0]}", f"--db={db}"]
+    proc = dlbricks("bench", "--protocol=loop", *common, *FAST)
+    assert proc.returncode == 0, proc.stderr
+    proc = dlbricks("estimate", "--protocol=loop", *common)
+    assert proc.returncode == 0, proc.stderr
+    assert "| chain | 1 |" in proc.stdout
+    proc = dlbricks("estimate", *common)  # Chains: none stored.
+    assert proc.returncode == 1 and "no timing" in proc.stderr, proc.stderr
 
 
 def test_run_and_measure_on_onnx_runtime(files, tmp_path):

@@ -4,7 +4,7 @@ Two small models get private names (a marker no file may contain), their
 unique bricks are exported, and a separate Python process that cannot
 import this project runs every SavedModel and ONNX file; its outputs must
 match the Keras bricks. The `export` and `estimate --recipe` commands run
-as subprocesses, like tests/dlbricks_cli_test.py.
+in this process (`tests/cli.py`).
 
 Example:
     python -m pytest tests/export_test.py -p no:cacheprovider
@@ -435,7 +435,7 @@ def test_export_command_writes_suite_and_recipes(cli_export, sources):
         assert set(signatures) <= set(loaded.signatures)
 
 
-def test_estimate_command_from_recipes(cli_export, tmp_path, capsys):
+def test_estimate_command_from_recipes(cli_export, tmp_path):
     from dlbricks_tf.portable import recipe
 
     out, _ = cli_export
@@ -465,28 +465,23 @@ def test_estimate_command_from_recipes(cli_export, tmp_path, capsys):
         assert float(cells[3]) == pytest.approx(want, abs=1e-3)
 
     # The tf backend has no timing in this store: one line names them.
-    code, _, err = in_process(capsys, "estimate", *args[:-1])
+    code, _, err = _run("estimate", *args[:-1])
     assert code == 1 and err.startswith("dlbricks: error: Model ")
     assert "have no timing" in err and len(err.strip().splitlines()) == 1
 
-    code, _, err = in_process(capsys, "estimate", *args, "--models=ResNet50")
+    code, _, err = _run("estimate", *args, "--models=ResNet50")
     assert code == 2 and "not both" in err
 
     bad = tmp_path / "bad.recipe.json"
     bad.write_text("{")
-    code, _, err = in_process(
-        capsys, "estimate", f"--recipe={bad}", f"--db={db}"
-    )
+    code, _, err = _run("estimate", f"--recipe={bad}", f"--db={db}")
     assert code == 1 and err.startswith(f"dlbricks: error: Recipe '{bad}'")
 
 
-def test_export_command_refuses_bad_combinations(tmp_path, capsys):
-    code, _, err = in_process(
-        capsys, "export", "--granularity=1,2", f"--out={tmp_path}"
-    )
+def test_export_command_refuses_bad_combinations(tmp_path):
+    code, _, err = _run("export", "--granularity=1,2", f"--out={tmp_path}")
     assert code == 2 and "one --granularity" in err
-    code, _, err = in_process(
-        capsys,
+    code, _, err = _run(
         "export",
         f"--suite={tmp_path / 's'}",
         f"--recipes={tmp_path / 's' / 'r'}",
@@ -495,28 +490,10 @@ def test_export_command_refuses_bad_combinations(tmp_path, capsys):
     assert not (tmp_path / "s").exists()
 
 
-def in_process(capsys, *args) -> tuple[int, str, str]:
-    """Runs the command line's main here: (exit code, stdout, stderr).
-
-    For the paths that end before TensorFlow runs an op (bad flags, recipe
-    estimates), saving a subprocess start each.
-    """
-    from absl import flags
-    from absl.testing import flagsaver
-
-    from tools import dlbricks as cli
-
-    capsys.readouterr()
-    with flagsaver.flagsaver():
-        try:
-            cli.main(flags.FLAGS(["dlbricks", *args]))
-            code = 0
-        except SystemExit as e:
-            code = e.code
-        finally:
-            flags.FLAGS.unparse_flags()
-    out, err = capsys.readouterr()
-    return code, out, err
+def _run(*args) -> tuple[int, str, str]:
+    """`dlbricks ARGS` in this process: (exit code, stdout, stderr)."""
+    proc = dlbricks(*args)
+    return proc.returncode, proc.stdout, proc.stderr
 
 
 def _timing(ms: float) -> stats.Timing:

@@ -289,16 +289,7 @@ NEVER_SETTLES = timing.TimingOptions(
 )
 
 
-def _checked_settings():
-    try:
-        settings_lib.configure_threads(1, 1)
-        return True
-    except settings_lib.ThreadPoolError:
-        return False  # An earlier test ran TensorFlow first.
-
-
 def test_run_path_remeasures_noisy_bricks_in_its_rounds(tmp_path):
-    checked = _checked_settings()
     path = tmp_path / "chain.keras"
     models.chain()[0].save(path)
     sources = job.resolve_models([str(path)])
@@ -307,7 +298,7 @@ def test_run_path_remeasures_noisy_bricks_in_its_rounds(tmp_path):
     )
     fp = system_fingerprint()
     # Re-measuring a brick is the loop protocol's way; chains flag instead.
-    looped = dataclasses.replace(SETTINGS, protocol="loop")
+    looped, checked = models.settings(protocol="loop")
     with Store(tmp_path / "s.sqlite") as store:
         result = job.run_granularity(
             sources,

@@ -188,11 +188,11 @@ def test_run_measure_and_estimate_a_backbone_at_two_lengths(
 ):
     _, path = backbones["bert"]
     out = tmp_path / "out"
-    flags = ["--import=keras_hub", f"--models={path}", f"--out={out}", *FAST]
+    flags = ["--import=keras_hub", f"--models={path}", f"--out={out}"]
     signatures = {}
     for length in (LENGTH, 2 * LENGTH):
         shape = f"--input_shape=*:{length}"
-        proc = dlbricks("run", shape, "--graphs=0", *flags)
+        proc = dlbricks("run", shape, "--graphs=0", *flags, *FAST)
         assert proc.returncode == 0, proc.stderr
         (row,) = json.loads((out / "report.json").read_text())["runs"]
         assert row["model"] == f"bert@{length}"
@@ -211,7 +211,7 @@ def test_run_measure_and_estimate_a_backbone_at_two_lengths(
     assert at_8 is not None and at_8.median_ms > 0
 
     shape = f"--input_shape=*:{LENGTH}"
-    proc = dlbricks("measure", shape, *flags)
+    proc = dlbricks("measure", shape, *flags, *FAST)
     assert proc.returncode == 0, proc.stderr
     (line,) = [x for x in proc.stdout.splitlines() if x.startswith("| bert@")]
     median = float(line.split("|")[2])

@@ -13,7 +13,6 @@ import shutil
 import pytest
 
 from dlbricks_tf import errors, job
-from dlbricks_tf import settings as settings_lib
 from dlbricks_tf.fingerprint import system_fingerprint
 from dlbricks_tf.measuring import timing
 from dlbricks_tf.reporting import report
@@ -24,9 +23,7 @@ from tests import models
 FAST = timing.TimingOptions(
     min_samples=3, max_samples=5, max_seconds=0.2, target_sample_ms=0.5
 )
-SETTINGS = settings_lib.RunSettings(
-    1, 1, 1, onednn=settings_lib.onednn_enabled()
-)
+SETTINGS, _ = models.settings()
 FP = system_fingerprint()
 
 

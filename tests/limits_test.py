@@ -231,7 +231,7 @@ def test_command_line_refuses_in_one_line(tmp_path):
     deep = tmp_path / "deep.keras"
     with zipfile.ZipFile(deep, "w", zipfile.ZIP_DEFLATED) as z:
         z.writestr("config.json", "[" * 200_000)
-    proc = cli.dlbricks("decompose", f"--models={deep}", *cli.FAST)
+    proc = cli.dlbricks("decompose", f"--models={deep}")
     assert proc.returncode == 1
     lines = proc.stderr.strip().splitlines()
     assert len(lines) == 1, proc.stderr

@@ -11,9 +11,39 @@ import numpy as np
 from keras import layers, ops
 
 import dlbricks_tf
+from dlbricks_tf import settings as settings_lib
 from dlbricks_tf.cutting import fidelity
 
 _RNG = np.random.default_rng(0)
+
+
+def settings(
+    protocol: str | None = None,
+) -> tuple[settings_lib.RunSettings, bool]:
+    """The timing tests' run settings, and whether timers may check them.
+
+    Batch 1, one intra- and one inter-op thread (the pools of the test
+    process), oneDNN as TensorFlow's build has it. The pools are
+    configured here if TensorFlow has run no op yet; if an earlier test
+    ran one first with other pools, the flag is False and timers must not
+    check the settings against the pools in force.
+
+    Args:
+        protocol: How bricks are timed, "chain" or "loop" (None: chains on
+            the TF backend).
+
+    Returns:
+        (settings, checked).
+    """
+    try:
+        settings_lib.configure_threads(1, 1)
+        checked = True
+    except settings_lib.ThreadPoolError:
+        checked = False  # An earlier test ran TensorFlow first.
+    run = settings_lib.RunSettings(
+        1, 1, 1, onednn=settings_lib.onednn_enabled(), protocol=protocol
+    )
+    return run, checked
 
 
 def _floats(*shape: int) -> np.ndarray:

@@ -21,7 +21,7 @@ from dlbricks_tf.fingerprint import system_fingerprint
 from dlbricks_tf.settings import RunSettings
 from dlbricks_tf.store import Store
 from tests import models
-from tests.cli import FAST, dlbricks
+from tests.cli import dlbricks
 from tests.fakes import FP, SETTINGS
 from tests.law import law_ms
 from tests.law import law_store as _law_store
@@ -331,13 +331,50 @@ def files(tmp_path_factory):
     return paths
 
 
+def test_the_predictor_learns_from_the_applications_the_store_timed(
+    tmp_path, monkeypatch
+):
+    import dataclasses
+
+    other_fp = dataclasses.replace(FP, cpu_model="Other CPU")
+    with Store(tmp_path / "s.sqlite") as store:
+        store.put_model("MobileNetV2", SETTINGS, FP, _timing(3.0))
+        store.put_model("ResNet50", SETTINGS, FP, _timing(9.0))
+        store.put_model("mine", SETTINGS, FP, _timing(1.0))  # A file's.
+        store.put_model(
+            "VGG16",
+            dataclasses.replace(SETTINGS, batch_size=2),
+            FP,
+            _timing(5.0),
+        )
+        store.put_model("DenseNet121", SETTINGS, other_fp, _timing(5.0))
+        timed = beyond.timed_applications(store, SETTINGS, FP)
+        assert [s.name for s in timed] == ["MobileNetV2", "ResNet50"]
+        assert beyond.timed_applications(store, SETTINGS, other_fp)[0].name == (
+            "DenseNet121"
+        )
+        # estimate_models hands them to the predictor unless told otherwise.
+        taught = []
+
+        def kept_predictor(*args, **kwargs):
+            taught.append([s.name for s in args[5]])
+            raise predict_lib.PredictorError("enough")
+
+        monkeypatch.setattr(beyond, "kept_predictor", kept_predictor)
+        for training in (None, []):
+            with pytest.raises(predict_lib.PredictorError, match="enough"):
+                beyond.estimate_models(
+                    [], 1, SETTINGS, FP, store, predict=True, training=training
+                )
+    assert taught == [["MobileNetV2", "ResNet50"], []]
+
+
 def test_cli_estimate_cover_and_predict(files, tmp_path):
     db = _cli_store(tmp_path, files, skip_last=True)
     common = [
         f"--models={','.join(files)}",
         f"--db={db}",
         f"--out={tmp_path / 'out'}",
-        *FAST,
     ]
     proc = dlbricks("estimate", *common)
     assert proc.returncode == 1
@@ -366,7 +403,6 @@ def test_cli_cover_uses_bricks_of_several_g(files, tmp_path):
         f"--models={files[0]}",
         f"--db={db}",
         f"--out={tmp_path / 'out'}",
-        *FAST,
     ]
     proc = dlbricks("estimate", "--granularity=2", *common)
     assert proc.returncode == 1  # Only G=1 bricks are stored.

@@ -102,8 +102,8 @@ def test_cli_times_probes_and_estimates_a_model_from_them_alone(tmp_path):
     from tests.cli import FAST, dlbricks
 
     db = tmp_path / "s.sqlite"
-    common = [f"--db={db}", f"--out={tmp_path / 'out'}", *FAST]
-    proc = dlbricks("bench", "--probes", "--probe_count=8", *common)
+    common = [f"--db={db}", f"--out={tmp_path / 'out'}"]
+    proc = dlbricks("bench", "--probes", "--probe_count=8", *common, *FAST)
     assert proc.returncode == 0, proc.stderr
     want = {
         b.signature for s in probes.sources(8) for b in s.decompose(1).bricks
@@ -125,7 +125,7 @@ def test_cli_times_probes_and_estimates_a_model_from_them_alone(tmp_path):
     assert proc.returncode == 0, proc.stderr
     assert "Predictor: kept in the store" in proc.stdout
     assert row in proc.stdout.splitlines()  # The same estimate.
-    proc = dlbricks("bench", "--probes", "--suite=x", *common)
+    proc = dlbricks("bench", "--probes", "--suite=x", *common, *FAST)
     assert proc.returncode != 0 and "--suite" in proc.stderr
 
 

@@ -17,9 +17,7 @@ from dlbricks_tf.measuring import ort_timing, rounds, timing
 from dlbricks_tf.stats import Timing
 from tests import models
 
-SETTINGS = settings_lib.RunSettings(
-    1, 1, 1, onednn=settings_lib.onednn_enabled()
-)
+SETTINGS, _ = models.settings()
 ORT = settings_lib.RunSettings(1, 1, 1, backend="onnxruntime")
 FAST = timing.TimingOptions(
     min_samples=3,

@@ -614,5 +614,171 @@ def test_new_rows_are_not_mixed_with_old_ones(tmp_path):
         assert counts == {_OLD_FP_ID: (True, 2), new_fp.id: (False, 1)}
 
 
+# The schemas as store.py created them at versions 1, 2 and 3 (from its
+# history), frozen here: a change to today's schema must not change the
+# old files these tests read back.
+_OLD_STATS_DDL = """
+    min_ms REAL NOT NULL, median_ms REAL NOT NULL,
+    trimmed_mean_ms REAL NOT NULL, max_ms REAL NOT NULL,
+    samples INTEGER NOT NULL, ci_low_ms REAL NOT NULL,
+    ci_high_ms REAL NOT NULL, noisy INTEGER NOT NULL,
+    calls_per_sample INTEGER NOT NULL, dispatch_ms REAL NOT NULL,
+    loop_overhead_ms REAL NOT NULL,
+    created TEXT NOT NULL DEFAULT (strftime('%Y-%m-%dT%H:%M:%fZ', 'now'))
+"""
+_SCHEMA_1 = f"""
+CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS settings (key TEXT PRIMARY KEY, json TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS fingerprints (
+    id TEXT PRIMARY KEY, json TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS brick_results (
+    signature TEXT NOT NULL,
+    settings_key TEXT NOT NULL REFERENCES settings(key),
+    fingerprint_id TEXT NOT NULL REFERENCES fingerprints(id),
+    {_OLD_STATS_DDL},
+    UNIQUE (signature, settings_key, fingerprint_id));
+CREATE TABLE IF NOT EXISTS model_results (
+    model TEXT NOT NULL,
+    settings_key TEXT NOT NULL REFERENCES settings(key),
+    fingerprint_id TEXT NOT NULL REFERENCES fingerprints(id),
+    {_OLD_STATS_DDL},
+    UNIQUE (model, settings_key, fingerprint_id));
+"""
+_SCHEMA_2 = (
+    _SCHEMA_1
+    + """
+CREATE TABLE IF NOT EXISTS brick_failures (
+    signature TEXT NOT NULL,
+    settings_key TEXT NOT NULL REFERENCES settings(key),
+    fingerprint_id TEXT NOT NULL REFERENCES fingerprints(id),
+    reason TEXT NOT NULL,
+    created TEXT NOT NULL DEFAULT (strftime('%Y-%m-%dT%H:%M:%fZ', 'now')),
+    UNIQUE (signature, settings_key, fingerprint_id));
+"""
+)
+_SCHEMA_3 = (
+    _SCHEMA_2
+    + """
+CREATE TABLE IF NOT EXISTS reference_states (
+    settings_key TEXT NOT NULL REFERENCES settings(key),
+    fingerprint_id TEXT NOT NULL REFERENCES fingerprints(id),
+    state_ms REAL NOT NULL,
+    created TEXT NOT NULL DEFAULT (strftime('%Y-%m-%dT%H:%M:%fZ', 'now')),
+    UNIQUE (settings_key, fingerprint_id));
+CREATE TABLE IF NOT EXISTS predictors (
+    settings_key TEXT NOT NULL REFERENCES settings(key),
+    fingerprint_id TEXT NOT NULL REFERENCES fingerprints(id),
+    fit_key TEXT NOT NULL,
+    json TEXT NOT NULL,
+    created TEXT NOT NULL DEFAULT (strftime('%Y-%m-%dT%H:%M:%fZ', 'now')),
+    UNIQUE (settings_key, fingerprint_id));
+"""
+)
+_OLD_SCHEMAS = {1: _SCHEMA_1, 2: _SCHEMA_2, 3: _SCHEMA_3}
+# What each old file holds: bricks "a" and "n" (noisy), model "m"; from
+# schema 2 a failed brick "f"; from 3 a predictor and a reference state.
+_OLD_BRICKS = {"a": _timing(1.25), "n": _timing(3.0, noisy=True)}
+
+
+def _old_schema_file(path, version):
+    """Writes a store with the tables and rows schema `version` had."""
+    old = [n for n in store_lib._STATS if not n.startswith("mean")]
+    with contextlib.closing(sqlite3.connect(path)) as db, db:
+        db.executescript(_OLD_SCHEMAS[version])
+        db.execute(
+            "INSERT INTO meta VALUES ('schema_version', ?)", (str(version),)
+        )
+        db.execute(
+            "INSERT INTO settings VALUES (?, ?)",
+            (SETTINGS.key(), SETTINGS.to_json()),
+        )
+        db.execute(
+            "INSERT INTO fingerprints VALUES (?, ?)", (FP.id, FP.to_json())
+        )
+        results = [("brick_results", "signature", *kv) for kv in
+                   _OLD_BRICKS.items()]  # fmt: skip
+        results.append(("model_results", "model", "m", _timing(7.5)))
+        for table, column, name, timing in results:
+            values = timing.to_dict()
+            db.execute(
+                f"INSERT INTO {table} ({column}, settings_key, fingerprint_id,"
+                f" {', '.join(old)})"
+                f" VALUES ({', '.join('?' * (len(old) + 3))})",
+                [name, SETTINGS.key(), FP.id]
+                + [int(values[k]) if k == "noisy" else values[k] for k in old],
+            )
+        if version >= 2:
+            db.execute(
+                "INSERT INTO brick_failures (signature, settings_key,"
+                " fingerprint_id, reason) VALUES ('f', ?, ?, 'boom')",
+                (SETTINGS.key(), FP.id),
+            )
+        if version >= 3:
+            db.execute(
+                "INSERT INTO predictors (settings_key, fingerprint_id,"
+                " fit_key, json) VALUES (?, ?, 'k', '{\"p\": 1}')",
+                (SETTINGS.key(), FP.id),
+            )
+            db.execute(
+                "INSERT INTO reference_states (settings_key, fingerprint_id,"
+                " state_ms) VALUES (?, ?, 2.5)",
+                (SETTINGS.key(), FP.id),
+            )
+
+
+def _old_rows(path, columns):
+    """Every row of the old tables, in their old columns only."""
+    with contextlib.closing(sqlite3.connect(path)) as db:
+        return {
+            table: db.execute(
+                f"SELECT {', '.join(names)} FROM {table} ORDER BY rowid"
+            ).fetchall()
+            for table, names in columns.items()
+        }
+
+
+@pytest.mark.parametrize("version", [1, 2, 3])
+def test_old_schema_file_reads_back_unchanged(tmp_path, version):
+    path = tmp_path / f"v{version}.sqlite"
+    _old_schema_file(path, version)
+    with contextlib.closing(sqlite3.connect(path)) as db:
+        tables = [t for (t,) in db.execute(
+            "SELECT name FROM sqlite_master WHERE type = 'table'")]  # fmt: skip
+        columns = {
+            t: [r[1] for r in db.execute(f"PRAGMA table_info({t})")]
+            for t in tables
+            if t != "meta"  # Its version is upgraded.
+        }
+    before = _old_rows(path, columns)
+    # No means stored: the estimates add medians, as when it was written.
+    old = {k: dataclasses.replace(t, mean_ms=None, mean_half_ms=None)
+           for k, t in _OLD_BRICKS.items()}  # fmt: skip
+    for _ in range(2):  # Upgraded when first opened, then as it is now.
+        with store_lib.Store(path) as store:
+            assert store.schema_version == store_lib.SCHEMA_VERSION
+            assert store.results(SETTINGS, FP, accept_noisy=True) == old
+            assert store.missing(["a", "n", "x"], SETTINGS, FP) == ["n", "x"]
+            assert store.get_model("m", SETTINGS, FP) == dataclasses.replace(
+                _timing(7.5), mean_ms=None, mean_half_ms=None
+            )
+            assert store.failures(SETTINGS, FP) == (
+                {"f": "boom"} if version >= 2 else {}
+            )
+            assert store.get_predictor(SETTINGS, FP, "k") == (
+                '{"p": 1}' if version >= 3 else None
+            )
+            assert store.reference_state(SETTINGS, FP) == (
+                2.5 if version >= 3 else None
+            )
+            rows = store.rows("brick")
+            assert [(r["signature"], r["median_ms"]) for r in rows] == [
+                ("a", 1.25),
+                ("n", 3.0),
+            ]
+            assert {r["settings"]["protocol"] for r in rows} == {"chain"}
+            assert all(r["fingerprint"] == FP.to_dict() for r in rows)
+    assert _old_rows(path, columns) == before  # Row by row, column by column.
+
+
 if __name__ == "__main__":
     raise SystemExit(pytest.main([__file__, "-q"]))

@@ -5,14 +5,18 @@ with no access to the model, on TensorFlow (SavedModels) and on ONNX
 Runtime (ONNX files), the ONNX half in two shards merged afterwards. Its
 recipe is estimated on each backend, and `report --compare` names the
 fastest backend and writes TensorBoard event files that are read back.
+The same bricks timed by `run`, `bench --models` and `bench --suite` go
+through one path (`brick_timing.time_bricks`) to the same store keys.
 """
 
+import collections
 from pathlib import Path
 
 import pytest
 from tensorboard.backend.event_processing import event_accumulator
 
 from dlbricks_tf.fingerprint import system_fingerprint
+from dlbricks_tf.measuring import brick_timing
 from dlbricks_tf.portable import recipe as recipe_lib
 from dlbricks_tf.portable import suite_bench, suite_dir
 from dlbricks_tf.settings import RunSettings
@@ -134,6 +138,55 @@ def test_report_compare_names_the_fastest(exported, timed):
     acc.Reload()
     scalars = [t for t in acc.Tags()["tensors"] if t.startswith("estimate_ms")]
     assert len(scalars) == 2
+
+
+def test_run_and_both_benches_store_the_same_keys(
+    exported, tmp_path, monkeypatch
+):
+    out, suite, _ = exported
+    model = out.parent / "resnetish.keras"
+    calls = collections.Counter()
+    timed_by = [""]
+
+    def time_bricks(*args, **kwargs):
+        calls[timed_by[0]] += 1
+        return real(*args, **kwargs)
+
+    real = brick_timing.time_bricks
+    monkeypatch.setattr(brick_timing, "time_bricks", time_bricks)
+    commands = {
+        "run": (
+            ["run", f"--models={model}", f"--out={tmp_path / 'run'}"]
+            + ["--graphs=0", "--granularity=2"]
+        ),
+        "bench --models": ["bench", f"--models={model}", "--granularity=2"],
+        "bench --suite": ["bench", f"--suite={suite}"],
+    }
+    keys = {}
+    for name, args in commands.items():
+        db = tmp_path / "run" / "store.sqlite"
+        if name != "run":
+            db = tmp_path / f"{name.split('--')[1]}.sqlite"
+            args = [*args, f"--db={db}"]
+        timed_by[0] = name
+        proc = dlbricks(*args, *FAST)
+        assert proc.returncode == 0, (name, proc.stderr)
+        with Store(db) as store:
+            keys[name] = {
+                (
+                    r["signature"],
+                    RunSettings.from_dict(r["settings"]).key(),
+                    r["fingerprint_id"],
+                )
+                for r in store.rows("brick")
+            }
+    assert set(calls) == set(commands)  # Each through the one path.
+    settings = _settings("tf")
+    expected = {
+        (signature, settings.key(), system_fingerprint().id)
+        for signature in suite_dir.load_suite(suite).signatures
+    }
+    assert keys == dict.fromkeys(commands, expected)
 
 
 def test_measurer_times_a_saved_model_in_process(exported):

@@ -16,26 +16,9 @@ from dlbricks_tf import settings as settings_lib
 from dlbricks_tf.measuring import timing
 from tests import models
 
-
-def _settings():
-    """Settings of this process, configuring the pools if still possible."""
-    try:
-        settings_lib.configure_threads(1, 1)
-        checked = True
-    except settings_lib.ThreadPoolError:
-        checked = False  # An earlier test ran TensorFlow first.
-    settings = settings_lib.RunSettings(
-        batch_size=1,
-        intra_op_threads=1,
-        inter_op_threads=1,
-        onednn=settings_lib.onednn_enabled(),
-    )
-    return settings, checked
-
-
 # Pools are fixed at TensorFlow's first op: configure them at collection,
 # before any test runs one.
-SETTINGS, CHECKED = _settings()
+SETTINGS, CHECKED = models.settings()
 FAST = timing.TimingOptions(
     min_samples=5,
     max_samples=12,

@@ -19,7 +19,7 @@ from dlbricks_tf.fingerprint import system_fingerprint
 from dlbricks_tf.portable import suite_dir
 from dlbricks_tf.settings import RunSettings
 from dlbricks_tf.store import Store
-from tests.cli import FAST, dlbricks
+from tests.cli import FAST, dlbricks, subprocess_dlbricks
 
 PACKAGE = "dlbricks_userpkg"  # Unique: registered once per process.
 LAYERS = f"""
@@ -57,7 +57,10 @@ def project(tmp_path_factory):
 
 def _cli(root, *args):
     # Run from the project folder, as a user would: --import finds it there.
-    return dlbricks(*args, f"--models={root / 'custom.keras'}", cwd=root)
+    # A fresh process: this one imported the package to save the model.
+    return subprocess_dlbricks(
+        *args, f"--models={root / 'custom.keras'}", cwd=root
+    )
 
 
 def _one_line_error(proc) -> str:

@@ -80,24 +80,12 @@ def estimate(sources, gs, safe_mode) -> None:
 
 def _estimate_beyond(sources, g, settings, fp, store, safe_mode) -> list:
     """estimate --cover/--predict: rows that say where each estimate is from."""
-    from dlbricks_tf import corpus, job
     from dlbricks_tf.estimating import beyond
 
-    training = []
-    if PREDICT.value:  # The models the store timed teach the predictor too.
-        timed = {
-            r["model"]
-            for r in store.rows("model")
-            if r["fingerprint_id"] == fp.id
-            and r["settings"] == settings.to_dict()
-        }
-        names = sorted(timed & set(corpus.APPLICATIONS))
-        training = job.resolve_models(names) if names else []
     return beyond.estimate_models(
         sources, g, settings, fp, store, shared_flags.MODE.value,
-        cover=COVER.value, predict=PREDICT.value, training=training,
-        safe_mode=safe_mode, fuse=shared_flags.FUSE.value,
-        log=lambda line: print(line, flush=True),
+        cover=COVER.value, predict=PREDICT.value, safe_mode=safe_mode,
+        fuse=shared_flags.FUSE.value, log=lambda line: print(line, flush=True),
     )  # fmt: skip
 
 

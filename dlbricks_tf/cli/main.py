@@ -97,25 +97,42 @@ COMMANDS: dict[str, Callable[..., None]] = {
 _TAKE_PATHS = frozenset({"merge"})
 
 
+# The commands that time read every timing flag (`timing_flags`); estimate
+# reads --protocol alone, to pick the stored timings it adds up.
+_TIMING_COMMANDS = ("run", "bench", "measure")
+_TIMING_FLAGS_READ = {"estimate": ("protocol",)}
+
+
 def _refuse_unused_flags(command: str) -> None:
-    """One line for a flag of one command given to another.
+    """One line for a flag the command does not read.
 
     A flag defined in a command's own module (`run_command`'s --retime,
-    `bench_command`'s --shard_index) is that command's alone.
+    `bench_command`'s --shard_index) is that command's alone; a timing
+    flag (`timing_flags`) is for the commands that time.
 
     Raises:
         app.UsageError: For the first such flag.
     """
+    timers = f"{', '.join(_TIMING_COMMANDS[:-1])} and {_TIMING_COMMANDS[-1]}"
     for module, defined in flags.FLAGS.flags_by_module_dict().items():
         name = module.rsplit(".", 1)[-1]
-        if not name.endswith("_command"):
-            continue
         owner = name.removesuffix("_command")
         for flag in defined:
-            if flag.present and command != owner:
+            if not flag.present:
+                continue
+            if name.endswith("_command") and command != owner:
                 raise app.UsageError(
                     f"{command} does not use --{flag.name} (a flag of "
                     f"{owner}); drop it."
+                )
+            if (
+                name == "timing_flags"
+                and command not in _TIMING_COMMANDS
+                and flag.name not in _TIMING_FLAGS_READ.get(command, ())
+            ):
+                raise app.UsageError(
+                    f"{command} does not use --{flag.name} (a timing flag "
+                    f"of {timers}); drop it."
                 )
 
 

@@ -187,7 +187,7 @@ def estimate_models(
     cover: bool = False,
     predict: bool = False,
     objective: str = "fewest",
-    training: Sequence[Any] = (),
+    training: Sequence[Any] | None = None,
     safe_mode: bool = True,
     fuse: bool = False,
     log: Any = None,
@@ -207,7 +207,8 @@ def estimate_models(
             `training` and of the probes, or read back).
         objective: The cover's (`cover.OBJECTIVES`).
         training: More `job.ModelSource`s whose stored bricks the
-            predictor learns from (e.g. the models the store measured).
+            predictor learns from; None: the keras.applications models
+            the store timed end to end (`timed_applications`).
         safe_mode, fuse: As `decompose`.
         log: Called with a line of progress, if given.
 
@@ -223,6 +224,8 @@ def estimate_models(
     graphs = {s.name: graph_of(s, safe_mode) for s in sources}
     predictor = None
     if predict:
+        if training is None:
+            training = timed_applications(store, settings, fingerprint)
         predictor = kept_predictor(
             store,
             settings,
@@ -254,6 +257,33 @@ def estimate_models(
         measured = store.get_model(source.name, settings, fingerprint)
         rows.append(row(est, method, predicted, granularity, measured))
     return rows
+
+
+def timed_applications(
+    store: Any, settings: Any, fingerprint: Any
+) -> list[Any]:
+    """The keras.applications models the store timed end to end, as sources.
+
+    Under these settings, on this machine, in name order: the models a
+    predictor of the store learns from (with the probes), whatever models
+    are estimated. Models of files are left out: they may be gone.
+
+    Args:
+        store, settings, fingerprint: Whose whole-model timings.
+
+    Returns:
+        `sources.ModelSource`s, none if the store timed no application.
+    """
+    from dlbricks_tf import sources
+
+    timed = {
+        r["model"]
+        for r in store.rows("model")
+        if r["fingerprint_id"] == fingerprint.id
+        and r["settings"] == settings.to_dict()
+    }
+    names = sorted(timed & set(corpus.APPLICATIONS))
+    return sources.resolve_models(names) if names else []
 
 
 def kept_predictor(
