@@ -96,13 +96,13 @@ def main(argv):
     db = eval_flags.store_path()
     mode = shared_flags.MODE.value
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
-    from dlbricks_tf import corpus
     from dlbricks_tf.cutting import split
     from dlbricks_tf.cutting.decompose import Cutter, from_runs, model_graph
     from dlbricks_tf.estimating import beyond
     from dlbricks_tf.estimating import cover as cover_lib
     from dlbricks_tf.estimating import estimate as estimate_lib
-    from dlbricks_tf.store import Store
+    from dlbricks_tf.models import corpus
+    from dlbricks_tf.storing.store import Store
 
     gs = sorted(model_flags.granularities())
     top = max(gs)

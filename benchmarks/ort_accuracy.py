@@ -44,9 +44,10 @@ def _run_granularity(g, sources, settings, fp, options, brick_options, store):
     listed under `errors` and the others still count; the corpus row is
     rebuilt over the models that were measured.
     """
-    from dlbricks_tf import errors, job
+    from dlbricks_tf import errors
     from dlbricks_tf.cutting import suite as suite_lib
     from dlbricks_tf.estimating import rows
+    from dlbricks_tf.running import job
 
     runs, failed, measured, results, decompositions = [], {}, {}, {}, {}
     walls: dict[str, float] = {}
@@ -100,8 +101,8 @@ def main(argv: list[str]) -> None:
         raise app.UsageError(f"Unexpected arguments: {argv[1:]}")
     granularities = model_flags.granularities()
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
-    from dlbricks_tf import job
-    from dlbricks_tf import settings as settings_lib
+    from dlbricks_tf.machine import settings as settings_lib
+    from dlbricks_tf.running import job
 
     try:
         sources = job.resolve_models(sampling_flags.model_names())
@@ -114,9 +115,9 @@ def main(argv: list[str]) -> None:
         backend="onnxruntime",
     )
     from dlbricks_tf import errors
-    from dlbricks_tf.fingerprint import system_fingerprint
+    from dlbricks_tf.machine.fingerprint import system_fingerprint
     from dlbricks_tf.reporting.report import format_report
-    from dlbricks_tf.store import Store
+    from dlbricks_tf.storing.store import Store
 
     # ORT times each brick alone ("loop").
     options, brick_options = sampling_flags.options("loop")

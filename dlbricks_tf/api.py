@@ -30,8 +30,9 @@ import os
 from collections.abc import Sequence
 from typing import Any
 
-from dlbricks_tf import settings as settings_lib
-from dlbricks_tf import sources as sources_lib
+from dlbricks_tf.machine import process as process_lib
+from dlbricks_tf.machine import settings as settings_lib
+from dlbricks_tf.models import sources as sources_lib
 from dlbricks_tf.stats import Timing
 
 # A model as the calls take it: a name, a file path or a `ModelSource`.
@@ -96,7 +97,7 @@ def configure(
         intra_op_threads=intra_op_threads,
         inter_op_threads=inter_op_threads,
     )
-    settings_lib.configure_threads(
+    process_lib.configure_threads(
         chosen.intra_op_threads, chosen.inter_op_threads
     )
     if backend == chosen.backend:
@@ -132,8 +133,8 @@ def run(
         StoreError: The store cannot be used.
         MeasurementError: A whole model cannot be timed.
     """
-    from dlbricks_tf import job
-    from dlbricks_tf.store import Store
+    from dlbricks_tf.running import job
+    from dlbricks_tf.storing.store import Store
 
     chosen = settings or configure()
     gs = [granularity] if isinstance(granularity, int) else list(granularity)
@@ -161,9 +162,9 @@ def measure(
     onnx_folder: str | os.PathLike | None = None,
 ) -> dict[str, Timing]:
     """Times whole models into the store; returns {model: timing}."""
-    from dlbricks_tf import job
-    from dlbricks_tf.fingerprint import system_fingerprint
-    from dlbricks_tf.store import Store
+    from dlbricks_tf.machine.fingerprint import system_fingerprint
+    from dlbricks_tf.running import job
+    from dlbricks_tf.storing.store import Store
 
     chosen = settings or configure()
     options, _ = _options(chosen)
@@ -193,9 +194,9 @@ def estimate(
     Raises:
         MissingResultsError: A model has bricks the store lacks.
     """
-    from dlbricks_tf import job
-    from dlbricks_tf.fingerprint import system_fingerprint
-    from dlbricks_tf.store import Store
+    from dlbricks_tf.machine.fingerprint import system_fingerprint
+    from dlbricks_tf.running import job
+    from dlbricks_tf.storing.store import Store
 
     chosen = settings or settings_lib.RunSettings.default()
     with Store(db) as store:

@@ -1,4 +1,4 @@
-"""Tests for dlbricks_tf/bench.py, end to end on a tiny model.
+"""Tests for dlbricks_tf/running/bench.py, end to end on a tiny model.
 
 Brick timings rebuild the tiny model's latency; the test checks the
 protocol and that the estimate is a positive number of the measured one's
@@ -13,26 +13,27 @@ import sqlite3
 import pytest
 
 import dlbricks_tf
-from dlbricks_tf import bench
-from dlbricks_tf import settings as settings_lib
 from dlbricks_tf.cutting import suite as suite_lib
 from dlbricks_tf.estimating import estimate as estimate_lib
-from dlbricks_tf.fingerprint import system_fingerprint
+from dlbricks_tf.machine import process as process_lib
+from dlbricks_tf.machine import settings as settings_lib
+from dlbricks_tf.machine.fingerprint import system_fingerprint
 from dlbricks_tf.measuring import timing
-from dlbricks_tf.store import Store
+from dlbricks_tf.running import bench
+from dlbricks_tf.storing.store import Store
 from tests import models
 
 
 def _settings():
     try:
-        settings_lib.configure_threads(1, 1)
+        process_lib.configure_threads(1, 1)
         checked = True
-    except settings_lib.ThreadPoolError:
+    except process_lib.ThreadPoolError:
         checked = False  # An earlier test ran TensorFlow first.
     # The loop protocol (one traced loop per brick): chains are tested in
     # tests/chain_test.py.
     return settings_lib.RunSettings(
-        1, 1, 1, onednn=settings_lib.onednn_enabled(), protocol="loop"
+        1, 1, 1, onednn=process_lib.onednn_enabled(), protocol="loop"
     ), checked
 
 

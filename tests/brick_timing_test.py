@@ -13,23 +13,24 @@ import os
 import pytest
 
 import dlbricks_tf
-from dlbricks_tf import bench, job
-from dlbricks_tf import settings as settings_lib
 from dlbricks_tf.cutting import suite as suite_lib
-from dlbricks_tf.fingerprint import system_fingerprint
+from dlbricks_tf.machine import process as process_lib
+from dlbricks_tf.machine import settings as settings_lib
+from dlbricks_tf.machine.fingerprint import system_fingerprint
 from dlbricks_tf.measuring import brick_timing, sampling
-from dlbricks_tf.store import Store
+from dlbricks_tf.running import bench, job
+from dlbricks_tf.storing.store import Store
 from tests import models
 
 
 def _settings():
     try:
-        settings_lib.configure_threads(1, 1)
+        process_lib.configure_threads(1, 1)
         checked = True
-    except settings_lib.ThreadPoolError:
+    except process_lib.ThreadPoolError:
         checked = False  # An earlier test ran TensorFlow first.
     return settings_lib.RunSettings(
-        1, 1, 1, onednn=settings_lib.onednn_enabled()
+        1, 1, 1, onednn=process_lib.onednn_enabled()
     ), checked
 
 

@@ -7,11 +7,11 @@ import pytest
 import tensorflow as tf
 from tensorboard.backend.event_processing import event_accumulator
 
-from dlbricks_tf.fingerprint import SystemFingerprint
+from dlbricks_tf.machine.fingerprint import SystemFingerprint
+from dlbricks_tf.machine.settings import RunSettings
 from dlbricks_tf.reporting import board, compare
-from dlbricks_tf.settings import RunSettings
 from dlbricks_tf.stats import Timing
-from dlbricks_tf.store import Store
+from dlbricks_tf.storing.store import Store
 
 FAST_CPU = SystemFingerprint(
     cpu_model="Intel(R) Xeon(R) Fast CPU @ 3.0GHz",

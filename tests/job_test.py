@@ -1,4 +1,4 @@
-"""Tests of dlbricks_tf/job.py: the whole job on two tiny models.
+"""Tests of dlbricks_tf/running/job.py: the whole job on two tiny models.
 
 Brick timings are planted in the store where a test needs exact numbers
 (the estimate is then their sum); whole models are timed for real with
@@ -11,20 +11,22 @@ import math
 
 import pytest
 
-from dlbricks_tf import errors, job
-from dlbricks_tf import settings as settings_lib
-from dlbricks_tf.fingerprint import system_fingerprint
+from dlbricks_tf import errors
+from dlbricks_tf.machine import process as process_lib
+from dlbricks_tf.machine import settings as settings_lib
+from dlbricks_tf.machine.fingerprint import system_fingerprint
 from dlbricks_tf.measuring import timing
 from dlbricks_tf.reporting import report
+from dlbricks_tf.running import job
 from dlbricks_tf.stats import Timing
-from dlbricks_tf.store import Store
+from dlbricks_tf.storing.store import Store
 from tests import models
 
 FAST = timing.TimingOptions(
     min_samples=3, max_samples=5, max_seconds=0.2, target_sample_ms=0.5
 )
 SETTINGS = settings_lib.RunSettings(
-    1, 1, 1, onednn=settings_lib.onednn_enabled()
+    1, 1, 1, onednn=process_lib.onednn_enabled()
 )
 FP = system_fingerprint()
 

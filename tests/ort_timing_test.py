@@ -23,11 +23,12 @@ import tensorflow as tf
 from keras import layers
 
 import dlbricks_tf
-from dlbricks_tf import errors, store
-from dlbricks_tf import settings as settings_lib
+from dlbricks_tf import errors
 from dlbricks_tf.cutting import synthetic
-from dlbricks_tf.fingerprint import system_fingerprint
+from dlbricks_tf.machine import settings as settings_lib
+from dlbricks_tf.machine.fingerprint import system_fingerprint
 from dlbricks_tf.measuring import ort_timing, timing
+from dlbricks_tf.storing import store
 from tests import models
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -328,7 +329,8 @@ def test_missing_onnxruntime_is_a_one_line_error(tmp_path):
     )
     script = textwrap.dedent(
         """
-        from dlbricks_tf import errors, settings
+        from dlbricks_tf import errors
+        from dlbricks_tf.machine import settings
         from dlbricks_tf.measuring import ort_timing
         s = settings.RunSettings(1, 1, 1, backend="onnxruntime")
         try:

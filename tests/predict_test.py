@@ -17,9 +17,9 @@ from dlbricks_tf.cutting.decompose import Cutter, from_runs, model_graph
 from dlbricks_tf.estimating import beyond, cost, features
 from dlbricks_tf.estimating import estimate as estimate_lib
 from dlbricks_tf.estimating import predict as predict_lib
-from dlbricks_tf.fingerprint import system_fingerprint
-from dlbricks_tf.settings import RunSettings
-from dlbricks_tf.store import Store
+from dlbricks_tf.machine.fingerprint import system_fingerprint
+from dlbricks_tf.machine.settings import RunSettings
+from dlbricks_tf.storing.store import Store
 from tests import models
 from tests.cli import FAST, dlbricks
 from tests.fakes import FP, SETTINGS

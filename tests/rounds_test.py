@@ -12,13 +12,14 @@ import dataclasses
 import pytest
 
 import dlbricks_tf
-from dlbricks_tf import settings as settings_lib
+from dlbricks_tf.machine import process as process_lib
+from dlbricks_tf.machine import settings as settings_lib
 from dlbricks_tf.measuring import ort_timing, rounds, timing
 from dlbricks_tf.stats import Timing
 from tests import models
 
 SETTINGS = settings_lib.RunSettings(
-    1, 1, 1, onednn=settings_lib.onednn_enabled()
+    1, 1, 1, onednn=process_lib.onednn_enabled()
 )
 ORT = settings_lib.RunSettings(1, 1, 1, backend="onnxruntime")
 FAST = timing.TimingOptions(

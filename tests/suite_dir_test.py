@@ -16,8 +16,8 @@ import numpy as np
 import pytest
 
 import dlbricks_tf
-from dlbricks_tf import settings
 from dlbricks_tf.cutting import suite, synthetic
+from dlbricks_tf.machine import settings
 from dlbricks_tf.measuring import timing
 from dlbricks_tf.portable import export, suite_dir
 from tests import models

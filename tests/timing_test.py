@@ -12,7 +12,8 @@ import keras
 import pytest
 from keras import layers
 
-from dlbricks_tf import settings as settings_lib
+from dlbricks_tf.machine import process as process_lib
+from dlbricks_tf.machine import settings as settings_lib
 from dlbricks_tf.measuring import timing
 from tests import models
 
@@ -20,15 +21,15 @@ from tests import models
 def _settings():
     """Settings of this process, configuring the pools if still possible."""
     try:
-        settings_lib.configure_threads(1, 1)
+        process_lib.configure_threads(1, 1)
         checked = True
-    except settings_lib.ThreadPoolError:
+    except process_lib.ThreadPoolError:
         checked = False  # An earlier test ran TensorFlow first.
     settings = settings_lib.RunSettings(
         batch_size=1,
         intra_op_threads=1,
         inter_op_threads=1,
-        onednn=settings_lib.onednn_enabled(),
+        onednn=process_lib.onednn_enabled(),
     )
     return settings, checked
 

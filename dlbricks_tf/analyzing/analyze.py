@@ -21,7 +21,7 @@ benchmark; without one they are skipped with a message. A rerun into the
 same folder replaces the files and the TensorBoard runs it writes.
 
 Example:
-    from dlbricks_tf import corpus
+    from dlbricks_tf.models import corpus
     result = run_analysis(
         {n: functools.partial(corpus.application, n) for n in names},
         "dlbricks_out/analysis",
@@ -244,9 +244,9 @@ def _read_store(
     store_path: str | os.PathLike, models: Sequence[str]
 ) -> tuple[list[_System], str]:
     """The systems with end-to-end timings of `models`, most complete first."""
-    from dlbricks_tf.fingerprint import SystemFingerprint
-    from dlbricks_tf.settings import RunSettings
-    from dlbricks_tf.store import Store
+    from dlbricks_tf.machine.fingerprint import SystemFingerprint
+    from dlbricks_tf.machine.settings import RunSettings
+    from dlbricks_tf.storing.store import Store
 
     if not os.path.isfile(store_path):
         raise AnalysisError(

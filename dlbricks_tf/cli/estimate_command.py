@@ -33,8 +33,8 @@ PREDICT = flags.DEFINE_bool(
 
 def estimate(sources, gs, safe_mode) -> None:
     """Prints the estimates of --models (or of --recipe files)."""
-    from dlbricks_tf import job
-    from dlbricks_tf.fingerprint import system_fingerprint
+    from dlbricks_tf.machine.fingerprint import system_fingerprint
+    from dlbricks_tf.running import job
 
     if shared_flags.RECIPE.value:
         if COVER.value or PREDICT.value:
@@ -80,8 +80,9 @@ def estimate(sources, gs, safe_mode) -> None:
 
 def _estimate_beyond(sources, g, settings, fp, store, safe_mode) -> list:
     """estimate --cover/--predict: rows that say where each estimate is from."""
-    from dlbricks_tf import corpus, job
     from dlbricks_tf.estimating import beyond
+    from dlbricks_tf.models import corpus
+    from dlbricks_tf.running import job
 
     training = []
     if PREDICT.value:  # The models the store timed teach the predictor too.
@@ -103,10 +104,10 @@ def _estimate_beyond(sources, g, settings, fp, store, safe_mode) -> list:
 
 def _estimate_recipes(paths: list[str]) -> None:
     """estimate --recipe: models rebuilt from recipes and the store alone."""
-    from dlbricks_tf import job
-    from dlbricks_tf import settings as settings_lib
-    from dlbricks_tf.fingerprint import system_fingerprint
+    from dlbricks_tf.machine import settings as settings_lib
+    from dlbricks_tf.machine.fingerprint import system_fingerprint
     from dlbricks_tf.portable import recipe as recipe_lib
+    from dlbricks_tf.running import job
 
     if shared_flags.MODELS.value:
         raise app.UsageError("estimate takes --models or --recipe, not both.")

@@ -120,8 +120,8 @@ def _refuse_unused_flags(command: str) -> None:
 
 
 def _main(argv: list[str]) -> None:
-    from dlbricks_tf import job
     from dlbricks_tf.cutting import user_modules
+    from dlbricks_tf.running import job
 
     # Before any model is read: the modules register the user's layers.
     user_modules.import_modules(shared_flags.IMPORT.value)
@@ -150,7 +150,7 @@ def _main(argv: list[str]) -> None:
     # Names and files are checked before TensorFlow runs its first op.
     default = job.DEFAULT_MODELS
     if command == "analyze":  # It only decomposes: the whole corpus.
-        from dlbricks_tf import corpus
+        from dlbricks_tf.models import corpus
 
         default = list(corpus.APPLICATIONS)
     shapes = shared_flags.input_shapes()

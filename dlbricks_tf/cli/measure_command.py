@@ -14,8 +14,8 @@ from dlbricks_tf.cli import outputs, progress, startup, timing_flags
 def measure(sources, gs, safe_mode) -> None:
     """Times every model end to end and prints a table of the timings."""
     del gs  # Whole models are not cut.
-    from dlbricks_tf import job
-    from dlbricks_tf.fingerprint import system_fingerprint
+    from dlbricks_tf.machine.fingerprint import system_fingerprint
+    from dlbricks_tf.running import job
 
     out, db, _ = outputs.paths()
     settings = startup.start_backend()

@@ -46,7 +46,7 @@ def make_dirs(*paths: str) -> None:
 
 def open_store(db: str, must_exist: bool = False):
     """Opens the store at `db` (its folder made), or fails in one line."""
-    from dlbricks_tf.store import Store
+    from dlbricks_tf.storing.store import Store
 
     if must_exist and not os.path.isfile(db):
         raise exits.Fail(

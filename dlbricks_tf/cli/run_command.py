@@ -3,7 +3,7 @@
 Decomposes every model, times the unique bricks not yet stored and every
 model end to end in interleaved rounds, estimates, prints measured vs
 estimated latency, and writes the store, report.json and TensorBoard logs
-under --out (`dlbricks_tf.job.run_job`).
+under --out (`dlbricks_tf.running.job.run_job`).
 """
 
 from __future__ import annotations
@@ -35,9 +35,9 @@ GRAPHS = flags.DEFINE_integer(
 
 def run(sources, gs, safe_mode) -> None:
     """Runs the job at every G of `gs` and prints its tables."""
-    from dlbricks_tf import job
-    from dlbricks_tf.fingerprint import system_fingerprint
+    from dlbricks_tf.machine.fingerprint import system_fingerprint
     from dlbricks_tf.reporting import board, report
+    from dlbricks_tf.running import job
 
     out, db, logdir = outputs.paths()
     outputs.make_dirs(out, logdir)

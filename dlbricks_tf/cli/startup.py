@@ -58,7 +58,8 @@ def start_tensorflow():
     with native_logs_hidden(hidden):
         import tensorflow as tf
 
-        from dlbricks_tf import settings as settings_lib
+        from dlbricks_tf.machine import process as process_lib
+        from dlbricks_tf.machine import settings as settings_lib
 
         settings = settings_lib.RunSettings.default(
             shared_flags.BATCH.value,
@@ -66,7 +67,7 @@ def start_tensorflow():
             inter_op_threads=shared_flags.INTER.value,
             protocol=timing_flags.protocol("tf"),
         )
-        settings_lib.configure_threads(
+        process_lib.configure_threads(
             settings.intra_op_threads, settings.inter_op_threads
         )
         tf.constant(0.0).numpy()  # Initialises the runtime (and its logs).

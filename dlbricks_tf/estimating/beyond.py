@@ -28,12 +28,12 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from dlbricks_tf import corpus
 from dlbricks_tf.cutting import split
 from dlbricks_tf.cutting.decompose import Cutter, from_runs, model_graph
 from dlbricks_tf.estimating import cover as cover_lib
 from dlbricks_tf.estimating import estimate as estimate_lib
 from dlbricks_tf.estimating import predict as predict_lib
+from dlbricks_tf.models import corpus
 
 # The predictor's method (`predict.METHODS`).
 METHOD = "kinds"
@@ -272,15 +272,14 @@ def kept_predictor(
 ) -> predict_lib.Predictor:
     """The store's predictor for these settings and this machine.
 
-    It learns from the stored bricks of `training` (the models the store
-    timed end to end) and of the probe corpus (`dlbricks_tf.probes`, timed
-    by `dlbricks bench --probes`); from those of `graphs`, the models to
-    estimate, only when `training` is empty, so that estimating a new
-    model reuses the predictor fitted for the last one. It is read back from
-    the store when it was fitted from exactly what the store now holds
-    (`saved_predictor.fit_key`: the models learnt from, G, every stored
-    brick and its median), else fitted (`train`) and kept in the store for
-    the next call.
+    It learns from the stored bricks of `training` (the models the store timed
+    end to end) and of the probe corpus (`dlbricks_tf.models.probes`, timed by
+    `dlbricks bench --probes`); from those of `graphs`, the models to estimate,
+    only when `training` is empty, so that estimating a new model reuses the
+    predictor fitted for the last one. It is read back from the store when it
+    was fitted from exactly what the store now holds (`saved_predictor.fit_key`:
+    the models learnt from, G, every stored brick and its median), else fitted
+    (`train`) and kept in the store for the next call.
 
     Args:
         store, settings, fingerprint: Whose bricks, and where it is kept.
@@ -296,9 +295,9 @@ def kept_predictor(
     Raises:
         PredictorError: Too few stored bricks to learn from.
     """
-    from dlbricks_tf import probes
     from dlbricks_tf.estimating import saved_predictor
-    from dlbricks_tf.store import StoreError
+    from dlbricks_tf.models import probes
+    from dlbricks_tf.storing.database import StoreError
 
     learnt = {s.name: s for s in training}
     if not learnt:  # No model timed end to end: learn from those given.
@@ -387,8 +386,8 @@ def stored_pairs(store: Any) -> list[tuple[Any, Any]]:
     In the order first met; estimate against these to compare with the
     models timed end to end.
     """
-    from dlbricks_tf.fingerprint import SystemFingerprint
-    from dlbricks_tf.settings import RunSettings
+    from dlbricks_tf.machine.fingerprint import SystemFingerprint
+    from dlbricks_tf.machine.settings import RunSettings
 
     pairs: dict[tuple[str, str], tuple[Any, Any]] = {}
     for r in store.rows("model"):

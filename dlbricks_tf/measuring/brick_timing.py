@@ -43,15 +43,16 @@ from pathlib import Path
 from typing import Any
 
 from dlbricks_tf import errors
-from dlbricks_tf import settings as settings_lib
+from dlbricks_tf.machine import process as process_lib
+from dlbricks_tf.machine import settings as settings_lib
 from dlbricks_tf.measuring import campaign, rounds, sampling
 from dlbricks_tf.stats import Timing
-from dlbricks_tf.store import StoreError
+from dlbricks_tf.storing.database import StoreError
 
 # Longest failure reason kept (ONNX Runtime's messages can run long).
 _MAX_REASON = 500
 # Errors that are no brick's fault: they end the campaign, never a brick.
-_NOT_A_BRICK_FAULT = (StoreError, settings_lib.ThreadPoolError)
+_NOT_A_BRICK_FAULT = (StoreError, process_lib.ThreadPoolError)
 
 
 @dataclasses.dataclass(frozen=True)

@@ -43,7 +43,7 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from dlbricks_tf import settings as settings_lib
+from dlbricks_tf.machine import settings as settings_lib
 from dlbricks_tf.measuring import memory, precision
 from dlbricks_tf.measuring.timing import TimingOptions
 from dlbricks_tf.stats import Timing

@@ -62,8 +62,8 @@ from typing import Any
 
 import numpy as np
 
-from dlbricks_tf import settings as settings_lib
 from dlbricks_tf import stats
+from dlbricks_tf.machine import settings as settings_lib
 from dlbricks_tf.measuring import sampling
 
 # The TF harness's error and options (`dlbricks_tf.measuring.timing` re-exports

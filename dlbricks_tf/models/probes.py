@@ -137,7 +137,7 @@ def sources(count: int = COUNT, seed: int = SEED) -> list[Any]:
     """The probes as `sources.ModelSource`s (built in code, nothing read)."""
     import functools
 
-    from dlbricks_tf.sources import ModelSource
+    from dlbricks_tf.models.sources import ModelSource
 
     return [
         ModelSource(s.name, builder=functools.partial(build, s))

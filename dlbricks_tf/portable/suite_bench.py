@@ -30,7 +30,7 @@ import os
 from collections.abc import Callable
 from typing import Any
 
-from dlbricks_tf import settings as settings_lib
+from dlbricks_tf.machine import settings as settings_lib
 from dlbricks_tf.measuring import brick_timing, memory, sampling
 from dlbricks_tf.portable import suite_check, suite_dir
 from dlbricks_tf.stats import Timing

@@ -29,7 +29,7 @@ from typing import Any
 
 from dlbricks_tf import errors, json_files, limits
 from dlbricks_tf.cutting.split import SPLITS
-from dlbricks_tf.sharding import shard_of
+from dlbricks_tf.cutting.suite import shard_of
 
 FORMAT = "dlbricks-suite"
 FORMAT_VERSION = 1

@@ -36,12 +36,12 @@ from collections.abc import Callable, Iterable
 from types import FrameType
 from typing import Any
 
-from dlbricks_tf import settings as settings_lib
 from dlbricks_tf.cutting.suite import Suite
-from dlbricks_tf.fingerprint import SystemFingerprint
+from dlbricks_tf.machine import settings as settings_lib
+from dlbricks_tf.machine.fingerprint import SystemFingerprint
 from dlbricks_tf.measuring import brick_timing, sampling
 from dlbricks_tf.stats import Timing
-from dlbricks_tf.store import Store
+from dlbricks_tf.storing.store import Store
 
 
 @dataclasses.dataclass(frozen=True)

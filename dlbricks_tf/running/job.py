@@ -11,7 +11,7 @@ of every command (`dlbricks_tf.measuring.brick_timing`), on TensorFlow or
 ONNX Runtime as the settings say. The command line's `run` and the
 accuracy benchmarks (TF and ONNX Runtime) call `run_granularity`.
 
-Models are named by `resolve_models` (`dlbricks_tf.sources`, also
+Models are named by `resolve_models` (`dlbricks_tf.models.sources`, also
 importable from here): `keras.applications` names or model
 files (`.keras`, `.h5`, config `.json`), or built by a function of the
 caller's (`ModelSource.builder`, e.g. `corpus.hub_backbone`). Resolving
@@ -45,7 +45,7 @@ from typing import Any
 
 from dlbricks_tf import json_files
 from dlbricks_tf.estimating.rows import corpus_row, estimate_row, model_row
-from dlbricks_tf.sources import (  # noqa: F401 (the job's names for them)
+from dlbricks_tf.models.sources import (  # noqa: F401 (the job's names for them)
     MODEL_FILE_SUFFIXES,
     ModelSource,
     ModelSourceError,
@@ -432,7 +432,7 @@ def run_job(
     Returns:
         (report, {G: GranularityResult}); the report as in report.json.
     """
-    from dlbricks_tf.fingerprint import system_fingerprint
+    from dlbricks_tf.machine.fingerprint import system_fingerprint
 
     fingerprint = fingerprint or system_fingerprint()
     report = new_report(fingerprint, settings, brick_options or options)
