@@ -47,6 +47,7 @@ from benchmarks import noisy_neighbour, sampling_flags, sweep_flags
 from dlbricks_tf.cli import model_flags, shared_flags, timing_flags
 from dlbricks_tf.cutting import split as split_lib
 from dlbricks_tf.models import corpus
+from dlbricks_tf.running import report_json
 
 # Shown by --helpshort.
 flags.adopt_module_key_flags(sampling_flags)
@@ -264,14 +265,13 @@ def main(argv: list[str]) -> None:
     )
     from dlbricks_tf.machine.fingerprint import system_fingerprint
     from dlbricks_tf.reporting.report import format_report
-    from dlbricks_tf.running import job
     from dlbricks_tf.storing.store import Store
 
     options, brick_options = sampling_flags.options(settings.protocol)
     out = Path(shared_flags.OUT.value)
     out.mkdir(parents=True, exist_ok=True)
     fp = system_fingerprint()
-    report = job.new_report(fp, settings, brick_options)
+    report = report_json.new_report(fp, settings, brick_options)
     previous: dict[str, float] = {}  # The last pass's whole models.
     with (
         Store(out / "store.sqlite") as store,

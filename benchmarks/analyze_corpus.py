@@ -50,7 +50,7 @@ def main(argv: list[str]) -> None:
         )
     granularity = model_flags.one_granularity()
     from dlbricks_tf.analyzing.analyze import PAPER_CORPUS, run_analysis
-    from dlbricks_tf.reporting import summaries
+    from dlbricks_tf.drawing import summaries
 
     models = {
         name: functools.partial(corpus.application, name) for name in names

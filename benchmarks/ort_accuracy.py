@@ -26,6 +26,7 @@ from absl import app, flags, logging
 
 from benchmarks import sampling_flags, sweep_flags
 from dlbricks_tf.cli import model_flags, shared_flags
+from dlbricks_tf.running import report_json
 
 flags.adopt_module_key_flags(sampling_flags)  # Shown by --helpshort.
 flags.adopt_module_key_flags(sweep_flags)
@@ -124,7 +125,7 @@ def main(argv: list[str]) -> None:
     out = Path(_OUT.value)
     out.mkdir(parents=True, exist_ok=True)
     fp = system_fingerprint()
-    report = job.new_report(fp, settings, brick_options)
+    report = report_json.new_report(fp, settings, brick_options)
     report["errors"] = {}
     logging.info("ONNX Runtime %s, settings %s", fp.onnxruntime, settings.key())
     try:
@@ -139,7 +140,7 @@ def main(argv: list[str]) -> None:
                 for name, message in failed.items():
                     report["errors"][f"G={g} {name}"] = message
                 # Rewrite after every G so a stopped run keeps what it did.
-                job.write_report(report, out / "report.json")
+                report_json.write_report(report, out / "report.json")
     except errors.Error as e:  # One line, no traceback.
         raise SystemExit(f"ort_accuracy: {str(e).splitlines()[0]}") from None
     print(format_report(report))

@@ -50,7 +50,7 @@ import time
 
 from absl import app, flags
 
-from benchmarks import eval_flags, figures
+from benchmarks import eval_flags, figures, stores
 from dlbricks_tf import stats
 from dlbricks_tf.cli import model_flags
 
@@ -108,7 +108,6 @@ def main(argv):
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
     from dlbricks_tf.cutting import split
     from dlbricks_tf.cutting.decompose import from_runs, model_graph
-    from dlbricks_tf.estimating import beyond
     from dlbricks_tf.estimating import estimate as estimate_lib
     from dlbricks_tf.estimating import predict as predict_lib
     from dlbricks_tf.models import corpus
@@ -117,8 +116,8 @@ def main(argv):
 
     setup_s = _setup_ms(g) / 1e3
     with tempfile.TemporaryDirectory() as tmp:
-        with Store(beyond.copy_store(db, tmp)) as store:
-            settings, fp, results, measured = beyond.first_pair_timings(store)
+        with Store(stores.copy_store(db, tmp)) as store:
+            settings, fp, results, measured = stores.first_pair_timings(store)
     measured = {m: t for m, t in measured.items() if m in corpus.APPLICATIONS}
     graphs = {}
     plans = {}

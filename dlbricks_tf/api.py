@@ -33,6 +33,7 @@ from typing import Any
 from dlbricks_tf.machine import process as process_lib
 from dlbricks_tf.machine import settings as settings_lib
 from dlbricks_tf.models import sources as sources_lib
+from dlbricks_tf.running import steps
 from dlbricks_tf.stats import Timing
 
 # A model as the calls take it: a name, a file path or a `ModelSource`.
@@ -163,14 +164,13 @@ def measure(
 ) -> dict[str, Timing]:
     """Times whole models into the store; returns {model: timing}."""
     from dlbricks_tf.machine.fingerprint import system_fingerprint
-    from dlbricks_tf.running import job
     from dlbricks_tf.storing.store import Store
 
     chosen = settings or configure()
     options, _ = _options(chosen)
     folder = onnx_folder or _onnx_folder(db)
     with Store(db) as store:
-        return job.measure_models(
+        return steps.measure_models(
             _sources(models),
             chosen,
             system_fingerprint(),
@@ -195,12 +195,11 @@ def estimate(
         MissingResultsError: A model has bricks the store lacks.
     """
     from dlbricks_tf.machine.fingerprint import system_fingerprint
-    from dlbricks_tf.running import job
     from dlbricks_tf.storing.store import Store
 
     chosen = settings or settings_lib.RunSettings.default()
     with Store(db) as store:
-        rows = job.estimate_models(
+        rows = steps.estimate_models(
             _sources(models),
             granularity,
             chosen,

@@ -12,7 +12,8 @@ from tensorboard.plugins.hparams import plugin_data_pb2
 
 import dlbricks_tf
 from dlbricks_tf.cutting import suite as suite_lib
-from dlbricks_tf.reporting import board, charts
+from dlbricks_tf.drawing import charts
+from dlbricks_tf.reporting import board
 from dlbricks_tf.running import job
 from dlbricks_tf.stats import Timing
 from tests import models

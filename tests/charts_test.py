@@ -1,4 +1,4 @@
-"""Tests of dlbricks_tf/reporting/charts.py: PNGs that decode at their size."""
+"""Tests of dlbricks_tf/drawing/charts.py: PNGs that decode at their size."""
 
 import io
 import math
@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 from matplotlib.container import ErrorbarContainer
 
-from dlbricks_tf.reporting import charts
+from dlbricks_tf.drawing import bar_charts, charts, scatter_charts
 
 NAMES = [f"Model{i}" for i in range(6)]
 
@@ -30,14 +30,14 @@ def error_segments(ax) -> dict[str, np.ndarray]:
 @pytest.mark.parametrize(
     "make",
     [
-        lambda **kw: charts.bar_chart(
+        lambda **kw: bar_charts.bar_chart(
             NAMES, range(6), title="t", value_label="v", reference=2.0,
             reference_label="mean", annotations=tuple(NAMES), **kw,
         ),
-        lambda **kw: charts.grouped_bar_chart(
+        lambda **kw: bar_charts.grouped_bar_chart(
             NAMES, {"a": range(6), "b": range(6, 0, -1)}, **kw
         ),
-        lambda **kw: charts.stacked_bar_chart(
+        lambda **kw: bar_charts.stacked_bar_chart(
             NAMES, {"a": [0.5] * 6, "b": [0.5] * 6}, horizontal=False, **kw
         ),
         lambda **kw: charts.heatmap(
@@ -56,14 +56,14 @@ def test_png_has_the_size_asked_for(make):
 
 
 def test_dpi_scales_the_png():
-    png = charts.bar_chart(["a", "b"], [1, 2], size=(3.0, 2.0), dpi=50)
+    png = bar_charts.bar_chart(["a", "b"], [1, 2], size=(3.0, 2.0), dpi=50)
     assert decode(png).shape[:2] == (100, 150)
 
 
 def test_default_size_grows_with_the_labels():
-    few = charts.bar_chart(NAMES[:3], [1, 2, 3])
+    few = bar_charts.bar_chart(NAMES[:3], [1, 2, 3])
     many_names = [f"LongModelName{i}" for i in range(40)]
-    many = charts.bar_chart(many_names, range(40))
+    many = bar_charts.bar_chart(many_names, range(40))
     (w_few, h_few), (w_many, h_many) = map(charts.png_size, (few, many))
     assert w_few == w_many
     assert h_many > h_few
@@ -74,25 +74,27 @@ def test_default_size_grows_with_the_labels():
 
 
 def test_panels_side_by_side():
-    bars = charts.Bars(("G=1", "G=2"), (("sys", (1.0, 0.9)),), reference=1.0)
-    png = charts.bar_panels([bars, bars], horizontal=False, size=(8, 4))
+    bars = bar_charts.Bars(
+        ("G=1", "G=2"), (("sys", (1.0, 0.9)),), reference=1.0
+    )
+    png = bar_charts.bar_panels([bars, bars], horizontal=False, size=(8, 4))
     assert decode(png).shape[:2] == (400, 800)
 
 
 def test_mismatched_inputs_are_refused():
     with pytest.raises(ValueError, match="3 values for 2 labels"):
-        charts.grouped_bar_chart(["a", "b"], {"s": [1, 2, 3]})
+        bar_charts.grouped_bar_chart(["a", "b"], {"s": [1, 2, 3]})
     with pytest.raises(ValueError, match="annotations"):
-        charts.bar_chart(["a", "b"], [1, 2], annotations=("x",))
+        bar_charts.bar_chart(["a", "b"], [1, 2], annotations=("x",))
     with pytest.raises(ValueError, match="2x2 matrix"):
         charts.heatmap(["a", "b"], np.ones((3, 3)))
     with pytest.raises(ValueError, match="at least one panel"):
-        charts.bar_panels([])
+        bar_charts.bar_panels([])
     with pytest.raises(ValueError, match="Not a PNG"):
         charts.png_size(b"GIF89a" + bytes(30))
 
 
-RANGED = charts.Bars(
+RANGED = bar_charts.Bars(
     ("a", "b", "c", "d", "e"),
     (("normalized", (0.9, 1.0, 1.2, math.nan, 1.0)),),
     reference=1.0,
@@ -107,7 +109,7 @@ RANGED = charts.Bars(
 
 @pytest.mark.parametrize("horizontal", [True, False])
 def test_error_bars_span_each_labelled_range(horizontal):
-    fig = charts.bar_figure([RANGED], horizontal=horizontal)
+    fig = bar_charts.bar_figure([RANGED], horizontal=horizontal)
     (ax,) = fig.axes
     # (value, position) of each end; b has no range, d no value, and e's
     # range (1.1, 1.2) misses its value 1.0: drawn from the value up.
@@ -147,24 +149,26 @@ def test_error_bars_span_each_labelled_range(horizontal):
 
 
 def test_bars_without_ranges_draw_no_error_bar():
-    bars = charts.Bars(("a", "b"), (("n", (1.0, 2.0)),), errors=(None, None))
-    assert error_segments(charts.bar_figure([bars]).axes[0]) == {}
+    bars = bar_charts.Bars(
+        ("a", "b"), (("n", (1.0, 2.0)),), errors=(None, None)
+    )
+    assert error_segments(bar_charts.bar_figure([bars]).axes[0]) == {}
 
 
 def test_error_ranges_are_checked():
     with pytest.raises(ValueError, match="1 error ranges for 2 labels"):
-        charts.Bars(("a", "b"), (("n", (1.0, 2.0)),), errors=((0, 1),))
+        bar_charts.Bars(("a", "b"), (("n", (1.0, 2.0)),), errors=((0, 1),))
     with pytest.raises(ValueError, match="exactly one unstacked series"):
-        charts.Bars(
+        bar_charts.Bars(
             ("a",), (("n", (1.0,)), ("m", (2.0,))), errors=((0.5, 1.5),)
         )
 
 
 def test_large_type_keeps_rows_apart():
     names = [f"LongModelName{i}" for i in range(40)]
-    small = charts.png_size(charts.bar_chart(names, range(40), dpi=150))
+    small = charts.png_size(bar_charts.bar_chart(names, range(40), dpi=150))
     large = charts.png_size(
-        charts.bar_chart(names, range(40), dpi=150, font=12)
+        bar_charts.bar_chart(names, range(40), dpi=150, font=12)
     )
     assert small[0] == large[0] == 1125  # 7.5 inches at 150 dpi.
     # A 12-point label is 25 px at 150 dpi: each row has two of them.
@@ -173,7 +177,7 @@ def test_large_type_keeps_rows_apart():
 
 
 def test_measured_vs_estimated_draws_both_ranges_and_the_band():
-    fig = charts.measured_vs_estimated_figure(
+    fig = scatter_charts.measured_vs_estimated_figure(
         ["a", "b", "c"],
         [10.0, 20.0, 40.0],
         [9.0, 22.0, math.nan],
@@ -208,7 +212,7 @@ def test_measured_vs_estimated_numbers_many_models_with_a_key():
     names = [f"m{i}" for i in range(13)]
     estimated = [11.0 + i for i in range(13)]
     estimated[4] = math.nan  # No estimate: listed, not drawn.
-    fig = charts.measured_vs_estimated_figure(
+    fig = scatter_charts.measured_vs_estimated_figure(
         names, [10.0 + i for i in range(13)], estimated
     )
     ax, key = fig.axes
@@ -224,7 +228,7 @@ def test_measured_vs_estimated_numbers_many_models_with_a_key():
 
 def test_measured_vs_estimated_refuses_mismatched_lengths():
     with pytest.raises(ValueError, match="estimated has 1 values for 2"):
-        charts.measured_vs_estimated(["a", "b"], [1.0, 2.0], [1.0])
+        scatter_charts.measured_vs_estimated(["a", "b"], [1.0, 2.0], [1.0])
 
 
 if __name__ == "__main__":

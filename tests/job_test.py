@@ -17,7 +17,7 @@ from dlbricks_tf.machine import settings as settings_lib
 from dlbricks_tf.machine.fingerprint import system_fingerprint
 from dlbricks_tf.measuring import timing
 from dlbricks_tf.reporting import report
-from dlbricks_tf.running import job
+from dlbricks_tf.running import job, report_json, steps
 from dlbricks_tf.stats import Timing
 from dlbricks_tf.storing.store import Store
 from tests import models
@@ -159,17 +159,17 @@ def test_measure_and_estimate_models(files):
     sources = job.resolve_models([files["chain"]])
     with Store(":memory:") as store:
         with pytest.raises(errors.Error, match="no timing"):
-            job.estimate_models(sources, 1, SETTINGS, FP, store)
+            steps.estimate_models(sources, 1, SETTINGS, FP, store)
         d = sources[0].decompose(1)
         for b in d.bricks:
             store.put(b.signature, SETTINGS, FP, _timing(0.5))
-        (row,) = job.estimate_models(sources, 1, SETTINGS, FP, store)
+        (row,) = steps.estimate_models(sources, 1, SETTINGS, FP, store)
         assert row["estimated_ms"] == pytest.approx(0.5 * len(d.bricks))
         assert row["measured_ms"] is None and row["normalized"] is None
-        measured = job.measure_models(
+        measured = steps.measure_models(
             sources, SETTINGS, FP, store, FAST, check_settings=False
         )
-        (row,) = job.estimate_models(
+        (row,) = steps.estimate_models(
             sources, 1, SETTINGS, FP, store, "parallel"
         )
     assert row["measured_ms"] == measured["chain"].center_ms
@@ -232,7 +232,7 @@ def test_recipes_and_decompositions_estimate_alike(files):
         for b in d.bricks:
             store.put(b.signature, SETTINGS, FP, _timing(0.25))
         store.put_model("chain", SETTINGS, FP, _timing(1.0))
-        from_d, from_recipe = job.estimate_plans(plans, SETTINGS, FP, store)
+        from_d, from_recipe = steps.estimate_plans(plans, SETTINGS, FP, store)
     assert from_d == from_recipe
     assert from_d["granularity"] == 1 and from_d["measured_ms"] == 1.0
     assert from_d["estimated_ms"] == pytest.approx(0.25 * len(d.bricks))
@@ -259,7 +259,9 @@ def test_corpus_row_keeps_the_wall_clock_figures_in_order(files):
 
 
 def test_write_report_replaces_non_finite_numbers(tmp_path):
-    job.write_report({"runs": [{"normalized": math.inf}]}, tmp_path / "r")
+    report_json.write_report(
+        {"runs": [{"normalized": math.inf}]}, tmp_path / "r"
+    )
     assert json.loads((tmp_path / "r").read_text()) == {
         "runs": [{"normalized": None}]
     }

@@ -12,6 +12,7 @@ import dataclasses
 from absl import app, flags
 
 from dlbricks_tf.cli import outputs, shared_flags, startup, timing_flags
+from dlbricks_tf.running import steps
 
 COVER = flags.DEFINE_bool(
     "cover",
@@ -34,7 +35,7 @@ PREDICT = flags.DEFINE_bool(
 def estimate(sources, gs, safe_mode) -> None:
     """Prints the estimates of --models (or of --recipe files)."""
     from dlbricks_tf.machine.fingerprint import system_fingerprint
-    from dlbricks_tf.running import job
+    from dlbricks_tf.running import steps
 
     if shared_flags.RECIPE.value:
         if COVER.value or PREDICT.value:
@@ -66,7 +67,7 @@ def estimate(sources, gs, safe_mode) -> None:
                     sources, g, settings, fp, store, safe_mode
                 )
         else:
-            rows = job.estimate_plans(
+            rows = steps.estimate_plans(
                 plans, settings, fp, store, shared_flags.MODE.value
             )
     _print(rows)
@@ -94,7 +95,7 @@ def _estimate_beyond(sources, g, settings, fp, store, safe_mode) -> list:
         }
         names = sorted(timed & set(corpus.APPLICATIONS))
         training = job.resolve_models(names) if names else []
-    return beyond.estimate_models(
+    return beyond.cover_and_predict(
         sources, g, settings, fp, store, shared_flags.MODE.value,
         cover=COVER.value, predict=PREDICT.value, training=training,
         safe_mode=safe_mode, fuse=shared_flags.FUSE.value,
@@ -107,7 +108,6 @@ def _estimate_recipes(paths: list[str]) -> None:
     from dlbricks_tf.machine import settings as settings_lib
     from dlbricks_tf.machine.fingerprint import system_fingerprint
     from dlbricks_tf.portable import recipe as recipe_lib
-    from dlbricks_tf.running import job
 
     if shared_flags.MODELS.value:
         raise app.UsageError("estimate takes --models or --recipe, not both.")
@@ -123,7 +123,7 @@ def _estimate_recipes(paths: list[str]) -> None:
         protocol=timing_flags.protocol(backend),
     )
     with outputs.open_store(db, must_exist=True) as store:
-        rows = job.estimate_plans(
+        rows = steps.estimate_plans(
             ((r.name, r) for r in recipes),
             settings,
             system_fingerprint(),

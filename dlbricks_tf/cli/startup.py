@@ -89,9 +89,9 @@ def start_backend():
     backend = shared_flags.BACKEND.value
     if backend == settings.backend:
         return settings
-    from dlbricks_tf.measuring import ort_timing
+    from dlbricks_tf.measuring import ort_session
 
-    ort_timing.require_onnxruntime()
+    ort_session.require_onnxruntime()
     return dataclasses.replace(
         settings, backend=backend, protocol=timing_flags.protocol(backend)
     )

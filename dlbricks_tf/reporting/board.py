@@ -43,7 +43,7 @@ from pathlib import Path
 from typing import Any
 
 from dlbricks_tf.analyzing import analysis
-from dlbricks_tf.reporting import charts, summaries
+from dlbricks_tf.drawing import bar_charts, charts, scatter_charts, summaries
 from dlbricks_tf.reporting.report import format_inputs, format_source
 
 MODELS_RUN = "models"
@@ -320,7 +320,7 @@ def result_figures(runs: Sequence[Mapping[str, Any]], g: int) -> dict:
     """
     labels = [r["model"] for r in runs]
     normalized = [_number(r.get("normalized")) for r in runs]
-    bars = charts.Bars(
+    bars = bar_charts.Bars(
         tuple(labels),
         (("normalized latency", tuple(normalized)),),
         title=f"Estimate / measured, G={g}",
@@ -337,10 +337,10 @@ def result_figures(runs: Sequence[Mapping[str, Any]], g: int) -> dict:
         error_label="estimate's range / measured",
     )
     return {
-        "normalized_latency": charts.bar_figure(
+        "normalized_latency": bar_charts.bar_figure(
             [bars], dpi=CHART_DPI, font=CHART_FONT
         ),
-        "measured_vs_estimated": charts.measured_vs_estimated_figure(
+        "measured_vs_estimated": scatter_charts.measured_vs_estimated_figure(
             labels,
             [_number(r.get("measured_ms")) for r in runs],
             [_number(r.get("estimated_ms")) for r in runs],
@@ -457,7 +457,7 @@ def write_comparison(log_dir: str | Path, comparison: Any) -> list[str]:
             summaries.write_image(
                 w,
                 "estimates",
-                charts.grouped_bar_chart(
+                bar_charts.grouped_bar_chart(
                     models,
                     series,
                     title="Estimated latency per machine and backend",
@@ -486,7 +486,7 @@ def write_estimates(
 
     Args:
         log_dir: The folder to point TensorBoard at.
-        rows: Rows of `beyond.estimate_models` or `job.estimate_models`.
+        rows: Rows of `beyond.cover_and_predict` or `job.estimate_models`.
 
     Returns:
         The event files written, relative to `log_dir`.

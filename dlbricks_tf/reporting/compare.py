@@ -226,7 +226,7 @@ def table(comparison: Comparison) -> tuple[list[str], list[list[Any]]]:
 
 def format_comparison(comparison: Comparison) -> str:
     """A Markdown table of `table(comparison)` with a legend line."""
-    from dlbricks_tf.reporting import summaries
+    from dlbricks_tf.drawing import summaries
 
     header, rows = table(comparison)
     legend = (
