@@ -72,10 +72,10 @@ def estimate(sources, gs, safe_mode) -> None:
             )
     _print(rows)
     if COVER.value or PREDICT.value:
-        from dlbricks_tf.reporting import board
+        from dlbricks_tf.reporting import estimates_board
 
         outputs.make_dirs(logdir)
-        board.write_estimates(logdir, rows)
+        estimates_board.write_estimates(logdir, rows)
         print(f"\nTensorBoard: tensorboard --logdir {logdir}", flush=True)
 
 

@@ -63,7 +63,7 @@ def _print_onednn_note(counts) -> None:
 def _compare(sources, gs, safe_mode, db, logdir) -> None:
     """report --compare: each model's estimate per machine and backend."""
     from dlbricks_tf.portable import recipe as recipe_lib
-    from dlbricks_tf.reporting import board, compare
+    from dlbricks_tf.reporting import compare, estimates_board
 
     recipes, models = shared_flags.RECIPE.value, shared_flags.MODELS.value
     if len(gs) > 1:
@@ -92,5 +92,5 @@ def _compare(sources, gs, safe_mode, db, logdir) -> None:
     print(compare.format_comparison(table))
     _print_onednn_note(counts)
     outputs.make_dirs(logdir)
-    board.write_comparison(logdir, table)
+    estimates_board.write_comparison(logdir, table)
     print(f"\nTensorBoard: tensorboard --logdir {logdir}", flush=True)

@@ -113,7 +113,7 @@ def time_suite(
         measure: Times one suite entry (called again to re-measure it),
             instead of the backend's own timer; loop protocol only.
         build: Returns what an entry's brick runs as: a `keras.Model`
-            (TF), or a `brick_timing.OnnxFile` (ONNX Runtime; see
+            (TF), or a `onnx_files.OnnxFile` (ONNX Runtime; see
             `dlbricks_tf.portable.suite_bench.builder`). Default: the
             entry's brick built at the settings' batch size.
         on_failure: Called with (signature, reason) after a brick that
