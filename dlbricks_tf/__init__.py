@@ -19,10 +19,13 @@ models, and estimate each model from its bricks:
     >>> [(r.model, r.normalized) for r in results]
 
 The modules are grouped by the stage of the pipeline they serve:
-`cutting`, `measuring`, `portable` (exported suites), `estimating`,
-`reporting` and `analyzing` (the corpus analysis); what every stage uses
-(`errors`, `stats`, `settings`, `store`, ...) and the whole job (`job`,
-`bench`) are modules of the package itself.
+`models` (the models to time), `cutting`, `measuring`, `storing`,
+`estimating`, `reporting`, `portable` (exported suites) and `analyzing`
+(the corpus analysis); `machine` (run settings, fingerprint, thread pools)
+and `drawing` (charts, TensorBoard output) serve several stages;
+`running` is the whole job, `cli` the command line. What every stage uses
+(`errors`, `limits`, `json_files`, `stats`) and `api` are modules of the
+package itself.
 
 The public API is imported on first use: importing the package, any of
 its subpackages, or a module that needs no Keras (such as the store or
