@@ -32,9 +32,12 @@ from typing import Any
 
 from dlbricks_tf.machine import process as process_lib
 from dlbricks_tf.machine import settings as settings_lib
+from dlbricks_tf.machine.fingerprint import system_fingerprint
+from dlbricks_tf.measuring import sampling
 from dlbricks_tf.models import sources as sources_lib
-from dlbricks_tf.running import steps
+from dlbricks_tf.running import job, steps
 from dlbricks_tf.stats import Timing
+from dlbricks_tf.storing.store import Store
 
 # A model as the calls take it: a name, a file path or a `ModelSource`.
 Model = str | os.PathLike | sources_lib.ModelSource
@@ -134,8 +137,6 @@ def run(
         StoreError: The store cannot be used.
         MeasurementError: A whole model cannot be timed.
     """
-    from dlbricks_tf.running import job
-    from dlbricks_tf.storing.store import Store
 
     chosen = settings or configure()
     gs = [granularity] if isinstance(granularity, int) else list(granularity)
@@ -163,8 +164,6 @@ def measure(
     onnx_folder: str | os.PathLike | None = None,
 ) -> dict[str, Timing]:
     """Times whole models into the store; returns {model: timing}."""
-    from dlbricks_tf.machine.fingerprint import system_fingerprint
-    from dlbricks_tf.storing.store import Store
 
     chosen = settings or configure()
     options, _ = _options(chosen)
@@ -194,8 +193,6 @@ def estimate(
     Raises:
         MissingResultsError: A model has bricks the store lacks.
     """
-    from dlbricks_tf.machine.fingerprint import system_fingerprint
-    from dlbricks_tf.storing.store import Store
 
     chosen = settings or settings_lib.RunSettings.default()
     with Store(db) as store:
@@ -230,7 +227,6 @@ def _onnx_folder(db: str | os.PathLike) -> str:
 
 
 def _options(chosen: settings_lib.RunSettings) -> tuple[Any, Any]:
-    from dlbricks_tf.measuring import sampling
 
     return sampling.model_and_brick_options(chosen.protocol)
 

@@ -45,7 +45,10 @@ from dlbricks_tf import errors
 from dlbricks_tf.analyzing import analysis, analysis_files
 from dlbricks_tf.analyzing.analysis import AnalysisResult
 from dlbricks_tf.cutting.decompose import Decomposition, decompose
+from dlbricks_tf.machine.fingerprint import SystemFingerprint
+from dlbricks_tf.machine.settings import RunSettings
 from dlbricks_tf.stats import Timing
+from dlbricks_tf.storing.store import Store
 
 DEFAULT_TRADEOFF_GRANULARITIES = (1, 2, 3, 4, 5, 6)
 # The paper's corpus (50 MXNet models, Section 2.2): 10,815 layers, of which
@@ -214,9 +217,6 @@ def _read_store(
     store_path: str | os.PathLike, models: Sequence[str]
 ) -> tuple[list[_System], str]:
     """The systems with end-to-end timings of `models`, most complete first."""
-    from dlbricks_tf.machine.fingerprint import SystemFingerprint
-    from dlbricks_tf.machine.settings import RunSettings
-    from dlbricks_tf.storing.store import Store
 
     if not os.path.isfile(store_path):
         raise AnalysisError(

@@ -24,7 +24,11 @@ from dlbricks_tf.cli import (
     startup,
     timing_flags,
 )
+from dlbricks_tf.cutting import suite
+from dlbricks_tf.machine.fingerprint import system_fingerprint
 from dlbricks_tf.models import probes
+from dlbricks_tf.portable import suite_check, suite_dir
+from dlbricks_tf.running import sharding
 
 SUITE_BRICKS = flags.DEFINE_enum(
     "suite_bricks",
@@ -82,8 +86,6 @@ flags.register_multi_flags_validator(
 
 def bench(sources, gs, safe_mode) -> None:
     """Times what the store lacks of --models' bricks (or of --suite)."""
-    from dlbricks_tf.cutting import suite
-    from dlbricks_tf.machine.fingerprint import system_fingerprint
     from dlbricks_tf.running import bench as bench_lib
 
     if shared_flags.SUITE.value:
@@ -148,8 +150,7 @@ def _onnx_brick(folder: str, batch_size: int, entry):
 
 def _bench_suite_dir(folder: str) -> None:
     """bench --suite: time an exported suite folder, no model needed."""
-    from dlbricks_tf.machine.fingerprint import system_fingerprint
-    from dlbricks_tf.portable import suite_bench, suite_check, suite_dir
+    from dlbricks_tf.portable import suite_bench
     from dlbricks_tf.running import bench as bench_lib
 
     _, db, _ = outputs.paths()
@@ -270,7 +271,6 @@ def _shard():
     Raises:
         ShardError: If the flags and variables do not fit together.
     """
-    from dlbricks_tf.running import sharding
 
     shard = sharding.resolve_shard(SHARD_INDEX.value, NUM_SHARDS.value)
     if shard.source != "default":

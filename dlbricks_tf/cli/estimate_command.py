@@ -12,7 +12,12 @@ import dataclasses
 from absl import app, flags
 
 from dlbricks_tf.cli import outputs, shared_flags, startup, timing_flags
-from dlbricks_tf.running import steps
+from dlbricks_tf.machine import settings as settings_lib
+from dlbricks_tf.machine.fingerprint import system_fingerprint
+from dlbricks_tf.models import corpus
+from dlbricks_tf.portable import recipe as recipe_lib
+from dlbricks_tf.reporting import estimates_board, report
+from dlbricks_tf.running import job, steps
 
 COVER = flags.DEFINE_bool(
     "cover",
@@ -34,8 +39,6 @@ PREDICT = flags.DEFINE_bool(
 
 def estimate(sources, gs, safe_mode) -> None:
     """Prints the estimates of --models (or of --recipe files)."""
-    from dlbricks_tf.machine.fingerprint import system_fingerprint
-    from dlbricks_tf.running import steps
 
     if shared_flags.RECIPE.value:
         if COVER.value or PREDICT.value:
@@ -72,8 +75,6 @@ def estimate(sources, gs, safe_mode) -> None:
             )
     _print(rows)
     if COVER.value or PREDICT.value:
-        from dlbricks_tf.reporting import estimates_board
-
         outputs.make_dirs(logdir)
         estimates_board.write_estimates(logdir, rows)
         print(f"\nTensorBoard: tensorboard --logdir {logdir}", flush=True)
@@ -82,8 +83,6 @@ def estimate(sources, gs, safe_mode) -> None:
 def _estimate_beyond(sources, g, settings, fp, store, safe_mode) -> list:
     """estimate --cover/--predict: rows that say where each estimate is from."""
     from dlbricks_tf.estimating import beyond
-    from dlbricks_tf.models import corpus
-    from dlbricks_tf.running import job
 
     training = []
     if PREDICT.value:  # The models the store timed teach the predictor too.
@@ -105,9 +104,6 @@ def _estimate_beyond(sources, g, settings, fp, store, safe_mode) -> list:
 
 def _estimate_recipes(paths: list[str]) -> None:
     """estimate --recipe: models rebuilt from recipes and the store alone."""
-    from dlbricks_tf.machine import settings as settings_lib
-    from dlbricks_tf.machine.fingerprint import system_fingerprint
-    from dlbricks_tf.portable import recipe as recipe_lib
 
     if shared_flags.MODELS.value:
         raise app.UsageError("estimate takes --models or --recipe, not both.")
@@ -135,7 +131,6 @@ def _estimate_recipes(paths: list[str]) -> None:
 
 
 def _print(rows) -> None:
-    from dlbricks_tf.reporting import report
 
     print(report.format_estimates(rows))
     if noisy := report.format_noisy(rows):

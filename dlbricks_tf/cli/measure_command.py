@@ -9,13 +9,13 @@ from __future__ import annotations
 import os
 
 from dlbricks_tf.cli import outputs, progress, startup, timing_flags
+from dlbricks_tf.machine.fingerprint import system_fingerprint
+from dlbricks_tf.running import steps
 
 
 def measure(sources, gs, safe_mode) -> None:
     """Times every model end to end and prints a table of the timings."""
     del gs  # Whole models are not cut.
-    from dlbricks_tf.machine.fingerprint import system_fingerprint
-    from dlbricks_tf.running import steps
 
     out, db, _ = outputs.paths()
     settings = startup.start_backend()

@@ -21,6 +21,9 @@ from dlbricks_tf.cli import (
     startup,
     timing_flags,
 )
+from dlbricks_tf.machine.fingerprint import system_fingerprint
+from dlbricks_tf.reporting import board, report
+from dlbricks_tf.running import job
 
 RETIME = flags.DEFINE_bool(
     "retime", False, "Time every brick again, even those already stored."
@@ -35,9 +38,6 @@ GRAPHS = flags.DEFINE_integer(
 
 def run(sources, gs, safe_mode) -> None:
     """Runs the job at every G of `gs` and prints its tables."""
-    from dlbricks_tf.machine.fingerprint import system_fingerprint
-    from dlbricks_tf.reporting import board, report
-    from dlbricks_tf.running import job
 
     out, db, logdir = outputs.paths()
     outputs.make_dirs(out, logdir)

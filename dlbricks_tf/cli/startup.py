@@ -16,6 +16,9 @@ import tempfile
 from absl import logging
 
 from dlbricks_tf.cli import shared_flags, timing_flags
+from dlbricks_tf.machine import process as process_lib
+from dlbricks_tf.machine import settings as settings_lib
+from dlbricks_tf.measuring import ort_session
 
 
 def quiet() -> bool:
@@ -58,9 +61,6 @@ def start_tensorflow():
     with native_logs_hidden(hidden):
         import tensorflow as tf
 
-        from dlbricks_tf.machine import process as process_lib
-        from dlbricks_tf.machine import settings as settings_lib
-
         settings = settings_lib.RunSettings.default(
             shared_flags.BATCH.value,
             intra_op_threads=shared_flags.INTRA.value,
@@ -89,7 +89,6 @@ def start_backend():
     backend = shared_flags.BACKEND.value
     if backend == settings.backend:
         return settings
-    from dlbricks_tf.measuring import ort_session
 
     ort_session.require_onnxruntime()
     return dataclasses.replace(

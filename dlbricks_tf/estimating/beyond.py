@@ -31,7 +31,10 @@ from dlbricks_tf.cutting.decompose import Cutter, from_runs, model_graph
 from dlbricks_tf.estimating import cover as cover_lib
 from dlbricks_tf.estimating import estimate as estimate_lib
 from dlbricks_tf.estimating import predict as predict_lib
-from dlbricks_tf.models import corpus
+from dlbricks_tf.estimating import saved_predictor
+from dlbricks_tf.estimating.rows import estimate_row
+from dlbricks_tf.models import corpus, probes
+from dlbricks_tf.storing.database import StoreError
 
 # The predictor's method (`predict.METHODS`).
 METHOD = "kinds"
@@ -163,7 +166,6 @@ def row(
     ({label: share of the estimate}), `predicted_bricks` (unique) and
     `predicted_share`.
     """
-    from dlbricks_tf.estimating.rows import estimate_row
 
     return {
         **estimate_row(est.model, granularity, est, measured),
@@ -293,9 +295,6 @@ def kept_predictor(
     Raises:
         PredictorError: Too few stored bricks to learn from.
     """
-    from dlbricks_tf.estimating import saved_predictor
-    from dlbricks_tf.models import probes
-    from dlbricks_tf.storing.database import StoreError
 
     learnt = {s.name: s for s in training}
     if not learnt:  # No model timed end to end: learn from those given.

@@ -46,7 +46,14 @@ from typing import Any
 from dlbricks_tf import errors
 from dlbricks_tf.machine import process as process_lib
 from dlbricks_tf.machine import settings as settings_lib
-from dlbricks_tf.measuring import campaign, onnx_files, rounds, sampling
+from dlbricks_tf.measuring import (
+    campaign,
+    onnx_files,
+    ort_timing,
+    rounds,
+    sampling,
+    timing,
+)
 from dlbricks_tf.measuring.onnx_files import OnnxFile
 from dlbricks_tf.stats import Timing
 from dlbricks_tf.storing.database import StoreError
@@ -346,8 +353,6 @@ def _backend_timer(
 ):
     """`Timer` or `OrtTimer`, as `model_timer` says."""
     if settings.backend == "onnxruntime":
-        from dlbricks_tf.measuring import ort_timing
-
         if not isinstance(runnable, OnnxFile):
             raise sampling.MeasurementError(
                 "ONNX Runtime times ONNX files; convert the Keras model "
@@ -360,7 +365,6 @@ def _backend_timer(
             input_specs=runnable.input_specs,
             id_bounds=runnable.id_bounds or id_bounds,
         )
-    from dlbricks_tf.measuring import timing
 
     if isinstance(runnable, OnnxFile):
         raise sampling.MeasurementError(

@@ -20,6 +20,7 @@ import dataclasses
 from collections.abc import Mapping
 from typing import Any
 
+from dlbricks_tf.drawing import summaries
 from dlbricks_tf.estimating import estimate as estimate_lib
 from dlbricks_tf.machine.fingerprint import SystemFingerprint
 from dlbricks_tf.machine.settings import RunSettings
@@ -226,7 +227,6 @@ def table(comparison: Comparison) -> tuple[list[str], list[list[Any]]]:
 
 def format_comparison(comparison: Comparison) -> str:
     """A Markdown table of `table(comparison)` with a legend line."""
-    from dlbricks_tf.drawing import summaries
 
     header, rows = table(comparison)
     legend = (

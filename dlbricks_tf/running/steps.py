@@ -17,6 +17,7 @@ from typing import Any
 
 from dlbricks_tf.estimating import estimate as estimate_lib
 from dlbricks_tf.estimating.rows import estimate_row
+from dlbricks_tf.measuring import sampling
 from dlbricks_tf.models.sources import ModelSource
 from dlbricks_tf.running.job import Progress
 from dlbricks_tf.stats import Timing
@@ -50,7 +51,7 @@ def measure_models(
     """
     import keras
 
-    from dlbricks_tf.measuring import brick_timing, sampling
+    from dlbricks_tf.measuring import brick_timing
 
     if settings.backend == "onnxruntime" and onnx_folder is None:
         raise ValueError(
