@@ -1,7 +1,7 @@
 # The two commands of the README:
 #   make run    do the whole DLBricks job on the default corpus
 #   make test   run the tests
-# and `make lint` for ruff and buildifier (as in CI).
+# and `make lint` for ruff, buildifier and the import-cycle check (as in CI).
 
 PYTHON ?= python3
 VENV := .venv
@@ -35,6 +35,7 @@ lint: $(STAMP) $(BUILDIFIER)
 	$(BIN)/ruff format --check .
 	$(BUILDIFIER) -lint=warn -mode=check $(STARLARK_FILES)
 	.ci/check_bazel_targets
+	.ci/check_imports
 
 # Reinstall only when the requirements or the project metadata change.
 $(STAMP): requirements.txt requirements-nodeps.txt pyproject.toml

@@ -44,9 +44,10 @@ from pathlib import Path
 from absl import app, flags, logging
 
 from benchmarks import noisy_neighbour, sampling_flags, sweep_flags
-from dlbricks_tf import corpus
 from dlbricks_tf.cli import model_flags, shared_flags, timing_flags
 from dlbricks_tf.cutting import split as split_lib
+from dlbricks_tf.models import corpus
+from dlbricks_tf.running import report_json
 
 # Shown by --helpshort.
 flags.adopt_module_key_flags(sampling_flags)
@@ -55,7 +56,7 @@ flags.declare_key_flag("out")
 _HUB = flags.DEFINE_bool(
     "hub",
     False,
-    "Use the keras_hub transformers of dlbricks_tf.corpus.HUB_BACKBONES "
+    "Use the keras_hub transformers of dlbricks_tf.models.corpus.HUB_BACKBONES "
     "(BERT, GPT-2, Gemma, Mistral; small, no download) at "
     "--sequence_length tokens instead of keras.applications models "
     "(overrides --models).",
@@ -96,7 +97,7 @@ _SPLITS = flags.DEFINE_multi_enum(
 
 def _sources():
     """The corpus as `job.ModelSource`s (app.UsageError for a bad name)."""
-    from dlbricks_tf import job
+    from dlbricks_tf.running import job
 
     if _HUB.value:
         return [
@@ -116,7 +117,7 @@ def _run_granularity(
     g, sources, settings, fp, options, brick_options, store, fuse
 ):
     """Measures every model at one G; returns (runs, corpus row)."""
-    from dlbricks_tf import job
+    from dlbricks_tf.running import job
 
     result = job.run_granularity(
         sources,
@@ -250,7 +251,8 @@ def main(argv: list[str]) -> None:
     sources = _sources()
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
     # Thread pools first: TensorFlow fixes them at its first op.
-    from dlbricks_tf import settings as settings_lib
+    from dlbricks_tf.machine import process as process_lib
+    from dlbricks_tf.machine import settings as settings_lib
 
     settings = settings_lib.RunSettings.default(
         sampling_flags.BATCH.value,
@@ -258,19 +260,18 @@ def main(argv: list[str]) -> None:
         inter_op_threads=sampling_flags.INTER.value,
         protocol=timing_flags.PROTOCOL.value,
     )
-    settings_lib.configure_threads(
+    process_lib.configure_threads(
         settings.intra_op_threads, settings.inter_op_threads
     )
-    from dlbricks_tf import job
-    from dlbricks_tf.fingerprint import system_fingerprint
+    from dlbricks_tf.machine.fingerprint import system_fingerprint
     from dlbricks_tf.reporting.report import format_report
-    from dlbricks_tf.store import Store
+    from dlbricks_tf.storing.store import Store
 
     options, brick_options = sampling_flags.options(settings.protocol)
     out = Path(shared_flags.OUT.value)
     out.mkdir(parents=True, exist_ok=True)
     fp = system_fingerprint()
-    report = job.new_report(fp, settings, brick_options)
+    report = report_json.new_report(fp, settings, brick_options)
     previous: dict[str, float] = {}  # The last pass's whole models.
     with (
         Store(out / "store.sqlite") as store,

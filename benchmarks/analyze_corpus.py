@@ -28,8 +28,8 @@ from absl import app, flags  # noqa: E402
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from dlbricks_tf import corpus  # noqa: E402
 from dlbricks_tf.cli import model_flags, shared_flags  # noqa: E402
+from dlbricks_tf.models import corpus  # noqa: E402
 
 # The store of the trade-off figures (optional): --db, also --store here.
 flags.DEFINE_alias("store", "db")
@@ -50,7 +50,7 @@ def main(argv: list[str]) -> None:
         )
     granularity = model_flags.one_granularity()
     from dlbricks_tf.analyzing.analyze import PAPER_CORPUS, run_analysis
-    from dlbricks_tf.reporting import summaries
+    from dlbricks_tf.drawing import summaries
 
     models = {
         name: functools.partial(corpus.application, name) for name in names

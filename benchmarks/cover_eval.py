@@ -44,7 +44,7 @@ from datetime import datetime
 
 from absl import app, flags
 
-from benchmarks import eval_flags, figures, sweep_flags
+from benchmarks import eval_flags, figures, stores, sweep_flags
 from dlbricks_tf.cli import model_flags, shared_flags
 
 # Shown by --helpshort.
@@ -96,13 +96,12 @@ def main(argv):
     db = eval_flags.store_path()
     mode = shared_flags.MODE.value
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
-    from dlbricks_tf import corpus
     from dlbricks_tf.cutting import split
     from dlbricks_tf.cutting.decompose import Cutter, from_runs, model_graph
-    from dlbricks_tf.estimating import beyond
     from dlbricks_tf.estimating import cover as cover_lib
     from dlbricks_tf.estimating import estimate as estimate_lib
-    from dlbricks_tf.store import Store
+    from dlbricks_tf.models import corpus
+    from dlbricks_tf.storing.store import Store
 
     gs = sorted(model_flags.granularities())
     top = max(gs)
@@ -116,8 +115,8 @@ def main(argv):
             if r.get("split", "plain") == "plain"
         }
     with tempfile.TemporaryDirectory() as tmp:
-        with Store(beyond.copy_store(db, tmp)) as store:
-            settings, fp, results, measured = beyond.first_pair_timings(store)
+        with Store(stores.copy_store(db, tmp)) as store:
+            settings, fp, results, measured = stores.first_pair_timings(store)
             passes = (
                 _passes(store, settings, fp, gs) if by_pass is not None else {}
             )

@@ -27,8 +27,8 @@ from absl import app, flags
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from benchmarks import repeat_flags  # noqa: E402
-from dlbricks_tf import corpus  # noqa: E402
 from dlbricks_tf.cli import model_flags  # noqa: E402
+from dlbricks_tf.models import corpus  # noqa: E402
 
 _G = flags.DEFINE_alias("g", "granularity")
 # Shown by --helpshort.

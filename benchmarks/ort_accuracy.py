@@ -26,6 +26,7 @@ from absl import app, flags, logging
 
 from benchmarks import sampling_flags, sweep_flags
 from dlbricks_tf.cli import model_flags, shared_flags
+from dlbricks_tf.running import report_json
 
 flags.adopt_module_key_flags(sampling_flags)  # Shown by --helpshort.
 flags.adopt_module_key_flags(sweep_flags)
@@ -44,9 +45,10 @@ def _run_granularity(g, sources, settings, fp, options, brick_options, store):
     listed under `errors` and the others still count; the corpus row is
     rebuilt over the models that were measured.
     """
-    from dlbricks_tf import errors, job
+    from dlbricks_tf import errors
     from dlbricks_tf.cutting import suite as suite_lib
     from dlbricks_tf.estimating import ranges, rows
+    from dlbricks_tf.running import job
 
     runs, failed, measured, results, decompositions = [], {}, {}, {}, {}
     walls: dict[str, float] = {}
@@ -101,8 +103,8 @@ def main(argv: list[str]) -> None:
         raise app.UsageError(f"Unexpected arguments: {argv[1:]}")
     granularities = model_flags.granularities()
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
-    from dlbricks_tf import job
-    from dlbricks_tf import settings as settings_lib
+    from dlbricks_tf.machine import settings as settings_lib
+    from dlbricks_tf.running import job
 
     try:
         sources = job.resolve_models(sampling_flags.model_names())
@@ -115,16 +117,16 @@ def main(argv: list[str]) -> None:
         backend="onnxruntime",
     )
     from dlbricks_tf import errors
-    from dlbricks_tf.fingerprint import system_fingerprint
+    from dlbricks_tf.machine.fingerprint import system_fingerprint
     from dlbricks_tf.reporting.report import format_report
-    from dlbricks_tf.store import Store
+    from dlbricks_tf.storing.store import Store
 
     # ORT times each brick alone ("loop").
     options, brick_options = sampling_flags.options("loop")
     out = Path(_OUT.value)
     out.mkdir(parents=True, exist_ok=True)
     fp = system_fingerprint()
-    report = job.new_report(fp, settings, brick_options)
+    report = report_json.new_report(fp, settings, brick_options)
     report["errors"] = {}
     logging.info("ONNX Runtime %s, settings %s", fp.onnxruntime, settings.key())
     try:
@@ -139,7 +141,7 @@ def main(argv: list[str]) -> None:
                 for name, message in failed.items():
                     report["errors"][f"G={g} {name}"] = message
                 # Rewrite after every G so a stopped run keeps what it did.
-                job.write_report(report, out / "report.json")
+                report_json.write_report(report, out / "report.json")
     except errors.Error as e:  # One line, no traceback.
         raise SystemExit(f"ort_accuracy: {str(e).splitlines()[0]}") from None
     print(format_report(report))

@@ -20,7 +20,7 @@ family F:
    from how far the timed bricks themselves are from the whole model.
 
 With --probes (the default), every predictor also learns from the probe
-corpus's bricks (`dlbricks_tf.probes`: sampled layer configurations, no
+corpus's bricks (`dlbricks_tf.models.probes`: sampled layer configurations, no
 model's), where the store holds them: `dlbricks bench --probes
 --db=<the store>` times them, with the settings of the run. Their
 campaign is reported: it is paid once per machine and settings.
@@ -50,7 +50,7 @@ import time
 
 from absl import app, flags
 
-from benchmarks import eval_flags, figures
+from benchmarks import eval_flags, figures, stores
 from dlbricks_tf import stats
 from dlbricks_tf.cli import model_flags
 
@@ -69,9 +69,9 @@ _SETUP_MS = flags.DEFINE_float(
 _PROBES = flags.DEFINE_bool(
     "probes",
     True,
-    "Learn from the probe corpus's stored bricks too (dlbricks_tf.probes, "
-    "timed by `dlbricks bench --probes` into the same store), beside the "
-    "other families'.",
+    "Learn from the probe corpus's stored bricks too "
+    "(dlbricks_tf.models.probes, timed by `dlbricks bench --probes` into "
+    "the same store), beside the other families'.",
 )
 
 
@@ -106,19 +106,18 @@ def main(argv):
     db = eval_flags.store_path()
     g = model_flags.one_granularity()
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
-    from dlbricks_tf import corpus
-    from dlbricks_tf.corpus import family
     from dlbricks_tf.cutting import split
     from dlbricks_tf.cutting.decompose import from_runs, model_graph
-    from dlbricks_tf.estimating import beyond
     from dlbricks_tf.estimating import estimate as estimate_lib
     from dlbricks_tf.estimating import predict as predict_lib
-    from dlbricks_tf.store import Store
+    from dlbricks_tf.models import corpus
+    from dlbricks_tf.models.corpus import family
+    from dlbricks_tf.storing.store import Store
 
     setup_s = _setup_ms(g) / 1e3
     with tempfile.TemporaryDirectory() as tmp:
-        with Store(beyond.copy_store(db, tmp)) as store:
-            settings, fp, results, measured = beyond.first_pair_timings(store)
+        with Store(stores.copy_store(db, tmp)) as store:
+            settings, fp, results, measured = stores.first_pair_timings(store)
     measured = {m: t for m, t in measured.items() if m in corpus.APPLICATIONS}
     graphs = {}
     plans = {}
@@ -142,7 +141,7 @@ def main(argv):
     probe_graphs = {}
     probe_s = 0.0
     if _PROBES.value:
-        from dlbricks_tf import probes
+        from dlbricks_tf.models import probes
 
         stored = set()
         for spec in probes.specs():

@@ -89,17 +89,18 @@ def main(argv: list[str]) -> None:
         raise app.UsageError(f"Unexpected arguments: {argv[1:]}")
     g = model_flags.one_granularity()
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
-    from dlbricks_tf import settings as settings_lib
+    from dlbricks_tf.machine import process as process_lib
+    from dlbricks_tf.machine import settings as settings_lib
 
     settings = settings_lib.RunSettings.default(
         1, intra_op_threads=settings_flags.INTRA.value
     )
-    settings_lib.configure_threads(settings.intra_op_threads, 1)
-    from dlbricks_tf import corpus
+    process_lib.configure_threads(settings.intra_op_threads, 1)
     from dlbricks_tf.cutting import suite as suite_lib
     from dlbricks_tf.cutting.decompose import decompose
     from dlbricks_tf.measuring import timing
     from dlbricks_tf.measuring.chain import ChainTimer
+    from dlbricks_tf.models import corpus
 
     name, n = _MODEL.value, _ITERATIONS.value
     model = corpus.application(name)

@@ -9,8 +9,8 @@ re-exported here. Without --models they time one model per family.
 
 from absl import flags
 
-from dlbricks_tf import corpus
 from dlbricks_tf.cli import model_flags, settings_flags, timing_flags
+from dlbricks_tf.models import corpus
 
 MODELS = model_flags.MODELS
 BATCH = settings_flags.BATCH
@@ -22,7 +22,7 @@ ALL = flags.DEFINE_bool(
     "all",
     False,
     "Use all keras.applications models (overrides --models). Without "
-    "either: one model per family (dlbricks_tf.corpus.FAMILIES).",
+    "either: one model per family (dlbricks_tf.models.corpus.FAMILIES).",
 )
 
 # Key flags of this module, shown by the --helpshort of a script that

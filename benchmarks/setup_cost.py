@@ -64,18 +64,19 @@ def main(argv: list[str]) -> None:
     del argv
     g = model_flags.one_granularity()
     intra = settings_flags.INTRA.value
-    from dlbricks_tf import settings as settings_lib
+    from dlbricks_tf.machine import process as process_lib
+    from dlbricks_tf.machine import settings as settings_lib
 
     settings = settings_lib.RunSettings(
         batch_size=1, intra_op_threads=intra, inter_op_threads=1
     )
-    settings_lib.configure_threads(intra, 1)
+    process_lib.configure_threads(intra, 1)
 
-    from dlbricks_tf import corpus
     from dlbricks_tf.cutting import brick, synthetic
     from dlbricks_tf.cutting.decompose import decompose
     from dlbricks_tf.measuring import campaign, chain, memory
     from dlbricks_tf.measuring.timing import TimingOptions
+    from dlbricks_tf.models import corpus
 
     bricks, sources = {}, {}
     for name in model_flags.MODELS.value:

@@ -88,7 +88,7 @@ def _dlbricks(*args: str, neighbour: bool = True) -> float:
 
 def _timings(db: Path, kind: str) -> dict[str, dict]:
     """{key: row} of a store's `kind` rows (one settings key per store)."""
-    from dlbricks_tf.store import Store
+    from dlbricks_tf.storing.store import Store
 
     with Store(db) as store:
         rows = store.rows(kind)
@@ -117,8 +117,8 @@ def _rel_diffs(a: dict[str, dict], b: dict[str, dict]) -> list[float]:
 
 def _key():
     """(settings, fingerprint) of the commands' timings."""
-    from dlbricks_tf import settings as settings_lib
-    from dlbricks_tf.fingerprint import system_fingerprint
+    from dlbricks_tf.machine import settings as settings_lib
+    from dlbricks_tf.machine.fingerprint import system_fingerprint
 
     settings = settings_lib.RunSettings.default(
         1, intra_op_threads=_THREADS.value, inter_op_threads=1
@@ -129,20 +129,22 @@ def _key():
 def _estimates(db: Path, recipes: list[Path]) -> dict[str, float]:
     """{model: normalized} from the recipes and a store, as `estimate
     --recipe` computes it."""
-    from dlbricks_tf import job
     from dlbricks_tf.portable import recipe as recipe_lib
-    from dlbricks_tf.store import Store
+    from dlbricks_tf.running import steps
+    from dlbricks_tf.storing.store import Store
 
     plans = [recipe_lib.load(p) for p in recipes]
     with Store(db) as store:
-        rows = job.estimate_plans(((p.name, p) for p in plans), *_key(), store)
+        rows = steps.estimate_plans(
+            ((p.name, p) for p in plans), *_key(), store
+        )
     return {r["model"]: r["normalized"] for r in rows}
 
 
 def _share_reference_state(source: Path, target: Path) -> None:
     """Puts `source`'s reference state into `target`: `run` then scales
     to the state `bench --suite` calibrated, one scale for both stores."""
-    from dlbricks_tf.store import Store
+    from dlbricks_tf.storing.store import Store
 
     settings, fp = _key()
     with Store(source) as store:

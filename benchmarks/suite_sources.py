@@ -37,17 +37,19 @@ def main(argv: list[str]) -> None:
         raise app.UsageError(f"Unexpected arguments: {argv[1:]}")
     g = model_flags.one_granularity()
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
-    from dlbricks_tf import settings as settings_lib
+    from dlbricks_tf.machine import process as process_lib
+    from dlbricks_tf.machine import settings as settings_lib
 
     settings = settings_lib.RunSettings.default(1)
-    settings_lib.configure_threads(settings.intra_op_threads, 1)
-    from dlbricks_tf import bench, corpus
+    process_lib.configure_threads(settings.intra_op_threads, 1)
     from dlbricks_tf.cutting import suite as suite_lib
     from dlbricks_tf.cutting.decompose import decompose
     from dlbricks_tf.estimating import estimate as estimate_lib
-    from dlbricks_tf.fingerprint import system_fingerprint
+    from dlbricks_tf.machine.fingerprint import system_fingerprint
+    from dlbricks_tf.models import corpus
     from dlbricks_tf.portable import export, suite_bench, suite_dir
-    from dlbricks_tf.store import Store
+    from dlbricks_tf.running import bench
+    from dlbricks_tf.storing.store import Store
 
     decompositions = {
         name: decompose(corpus.application(name), g)

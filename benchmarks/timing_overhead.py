@@ -53,14 +53,15 @@ def main(argv: list[str]) -> None:
     if len(argv) > 1:
         raise app.UsageError(f"Unexpected arguments: {argv[1:]}")
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
-    from dlbricks_tf import settings as settings_lib
+    from dlbricks_tf.machine import process as process_lib
+    from dlbricks_tf.machine import settings as settings_lib
 
     settings = settings_lib.RunSettings.default(
         1,
         intra_op_threads=settings_flags.INTRA.value,
         jit_compile=_JIT.value,
     )
-    settings_lib.configure_threads(
+    process_lib.configure_threads(
         settings.intra_op_threads, settings.inter_op_threads
     )
     from dlbricks_tf import stats

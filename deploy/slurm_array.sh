@@ -10,7 +10,7 @@
 # Submit from the repository root (or where `python -m tools.dlbricks`
 # imports). The array range alone sets the shards: each task reads its
 # shard from SLURM_ARRAY_TASK_ID and SLURM_ARRAY_TASK_COUNT
-# (dlbricks_tf/sharding.py), so --array=0-15 means 16 shards. --exclusive
+# (dlbricks_tf/running/sharding.py), so --array=0-15 means 16 shards. --exclusive
 # keeps every other job off the node while a task times; on a one-node
 # cluster add %1 (--array=0-3%1) to queue the tasks one after another.
 #

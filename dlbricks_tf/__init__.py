@@ -19,10 +19,13 @@ models, and estimate each model from its bricks:
     >>> [(r.model, r.normalized) for r in results]
 
 The modules are grouped by the stage of the pipeline they serve:
-`cutting`, `measuring`, `portable` (exported suites), `estimating`,
-`reporting` and `analyzing` (the corpus analysis); what every stage uses
-(`errors`, `stats`, `settings`, `store`, ...) and the whole job (`job`,
-`bench`) are modules of the package itself.
+`models` (the models to time), `cutting`, `measuring`, `storing`,
+`estimating`, `reporting`, `portable` (exported suites) and `analyzing`
+(the corpus analysis); `machine` (run settings, fingerprint, thread pools)
+and `drawing` (charts, TensorBoard output) serve several stages;
+`running` is the whole job, `cli` the command line. What every stage uses
+(`errors`, `limits`, `json_files`, `stats`) and `api` are modules of the
+package itself.
 
 The public API is imported on first use: importing the package, any of
 its subpackages, or a module that needs no Keras (such as the store or
@@ -44,12 +47,12 @@ _PUBLIC = {
     "MemoryLimitError": "dlbricks_tf.measuring.memory",
     "MissingResultsError": "dlbricks_tf.estimating.estimate",
     "ModelResult": "dlbricks_tf.api",
-    "ModelSource": "dlbricks_tf.sources",
-    "ModelSourceError": "dlbricks_tf.sources",
-    "RunSettings": "dlbricks_tf.settings",
-    "StoreError": "dlbricks_tf.store",
+    "ModelSource": "dlbricks_tf.models.sources",
+    "ModelSourceError": "dlbricks_tf.models.sources",
+    "RunSettings": "dlbricks_tf.machine.settings",
+    "StoreError": "dlbricks_tf.storing.database",
     "TensorSpec": "dlbricks_tf.cutting.graph",
-    "ThreadPoolError": "dlbricks_tf.settings",
+    "ThreadPoolError": "dlbricks_tf.machine.process",
     "Timing": "dlbricks_tf.stats",
     "configure": "dlbricks_tf.api",
     "decompose": "dlbricks_tf.cutting.decompose",

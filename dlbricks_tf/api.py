@@ -30,9 +30,14 @@ import os
 from collections.abc import Sequence
 from typing import Any
 
-from dlbricks_tf import settings as settings_lib
-from dlbricks_tf import sources as sources_lib
+from dlbricks_tf.machine import process as process_lib
+from dlbricks_tf.machine import settings as settings_lib
+from dlbricks_tf.machine.fingerprint import system_fingerprint
+from dlbricks_tf.measuring import sampling
+from dlbricks_tf.models import sources as sources_lib
+from dlbricks_tf.running import job, steps
 from dlbricks_tf.stats import Timing
+from dlbricks_tf.storing.store import Store
 
 # A model as the calls take it: a name, a file path or a `ModelSource`.
 Model = str | os.PathLike | sources_lib.ModelSource
@@ -102,7 +107,7 @@ def configure(
         intra_op_threads=intra_op_threads,
         inter_op_threads=inter_op_threads,
     )
-    settings_lib.configure_threads(
+    process_lib.configure_threads(
         chosen.intra_op_threads, chosen.inter_op_threads
     )
     if backend == chosen.backend:
@@ -138,8 +143,6 @@ def run(
         StoreError: The store cannot be used.
         MeasurementError: A whole model cannot be timed.
     """
-    from dlbricks_tf import job
-    from dlbricks_tf.store import Store
 
     chosen = settings or configure()
     gs = [granularity] if isinstance(granularity, int) else list(granularity)
@@ -167,15 +170,12 @@ def measure(
     onnx_folder: str | os.PathLike | None = None,
 ) -> dict[str, Timing]:
     """Times whole models into the store; returns {model: timing}."""
-    from dlbricks_tf import job
-    from dlbricks_tf.fingerprint import system_fingerprint
-    from dlbricks_tf.store import Store
 
     chosen = settings or configure()
     options, _ = _options(chosen)
     folder = onnx_folder or _onnx_folder(db)
     with Store(db) as store:
-        return job.measure_models(
+        return steps.measure_models(
             _sources(models),
             chosen,
             system_fingerprint(),
@@ -199,13 +199,10 @@ def estimate(
     Raises:
         MissingResultsError: A model has bricks the store lacks.
     """
-    from dlbricks_tf import job
-    from dlbricks_tf.fingerprint import system_fingerprint
-    from dlbricks_tf.store import Store
 
     chosen = settings or settings_lib.RunSettings.default()
     with Store(db) as store:
-        rows = job.estimate_models(
+        rows = steps.estimate_models(
             _sources(models),
             granularity,
             chosen,
@@ -236,7 +233,6 @@ def _onnx_folder(db: str | os.PathLike) -> str:
 
 
 def _options(chosen: settings_lib.RunSettings) -> tuple[Any, Any]:
-    from dlbricks_tf.measuring import sampling
 
     return sampling.model_and_brick_options(chosen.protocol)
 

@@ -13,7 +13,7 @@ from tensorboard.backend.event_processing import event_accumulator
 import dlbricks_tf
 from dlbricks_tf.analyzing import analyze
 from dlbricks_tf.stats import Timing
-from dlbricks_tf.store import Store
+from dlbricks_tf.storing.store import Store
 from tests.analysis_test import repeated_blocks, small_head
 from tests.fakes import FP, SETTINGS
 

@@ -28,11 +28,11 @@ import pytest
 
 import dlbricks_tf
 from dlbricks_tf.cutting import suite
-from dlbricks_tf.fingerprint import system_fingerprint
+from dlbricks_tf.machine.fingerprint import system_fingerprint
+from dlbricks_tf.machine.settings import RunSettings
 from dlbricks_tf.portable import export
-from dlbricks_tf.settings import RunSettings
 from dlbricks_tf.stats import Timing
-from dlbricks_tf.store import Store
+from dlbricks_tf.storing.store import Store
 from tests import cli, models
 
 # The cases set their own thread counts; the rest as for every CLI test,

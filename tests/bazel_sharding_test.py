@@ -17,7 +17,7 @@ import sys
 
 import pytest
 
-from dlbricks_tf.sharding import resolve_shard
+from dlbricks_tf.running.sharding import resolve_shard
 from tests import cli
 from tests import shard_merge_test as shards
 

@@ -1,4 +1,4 @@
-"""Tests for dlbricks_tf/bench.py, end to end on a tiny model.
+"""Tests for dlbricks_tf/running/bench.py, end to end on a tiny model.
 
 Brick timings rebuild the tiny model's latency; the test checks the
 protocol and that the estimate is a positive number of the measured one's
@@ -13,12 +13,12 @@ import sqlite3
 import pytest
 
 import dlbricks_tf
-from dlbricks_tf import bench
 from dlbricks_tf.cutting import suite as suite_lib
 from dlbricks_tf.estimating import estimate as estimate_lib
-from dlbricks_tf.fingerprint import system_fingerprint
+from dlbricks_tf.machine.fingerprint import system_fingerprint
 from dlbricks_tf.measuring import timing
-from dlbricks_tf.store import Store
+from dlbricks_tf.running import bench
+from dlbricks_tf.storing.store import Store
 from tests import models
 
 # The loop protocol (one traced loop per brick): chains are tested in

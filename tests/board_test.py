@@ -11,9 +11,10 @@ from tensorboard.backend.event_processing import event_accumulator
 from tensorboard.plugins.hparams import plugin_data_pb2
 
 import dlbricks_tf
-from dlbricks_tf import job
 from dlbricks_tf.cutting import suite as suite_lib
-from dlbricks_tf.reporting import board, charts
+from dlbricks_tf.drawing import charts
+from dlbricks_tf.reporting import board, estimates_board
+from dlbricks_tf.running import job
 from dlbricks_tf.stats import Timing
 from tests import models
 
@@ -307,7 +308,7 @@ def test_estimates_show_their_sources(tmp_path):
         }
         for g in (1, 2)
     ]
-    written = board.write_estimates(tmp_path, rows)
+    written = estimates_board.write_estimates(tmp_path, rows)
     assert any(p.startswith("estimates/m/") for p in written)
     (table,) = _read(tmp_path / "estimates").Tensors("estimates")
     text = tf.make_ndarray(table.tensor_proto).item().decode()

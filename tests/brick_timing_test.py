@@ -13,11 +13,11 @@ import os
 import pytest
 
 import dlbricks_tf
-from dlbricks_tf import bench, job
 from dlbricks_tf.cutting import suite as suite_lib
-from dlbricks_tf.fingerprint import system_fingerprint
-from dlbricks_tf.measuring import brick_timing, sampling
-from dlbricks_tf.store import Store
+from dlbricks_tf.machine.fingerprint import system_fingerprint
+from dlbricks_tf.measuring import brick_timing, onnx_files, sampling
+from dlbricks_tf.running import bench, job
+from dlbricks_tf.storing.store import Store
 from tests import models
 
 SETTINGS, CHECKED = models.settings()
@@ -122,7 +122,7 @@ def test_onnx_runtime_times_the_bricks_through_the_same_path(tmp_path):
         brick_timing.BrickToTime(
             e.signature,
             functools.partial(
-                brick_timing.onnx_file,
+                onnx_files.onnx_file,
                 e.brick.build,
                 folder,
                 f"brick-{e.signature}",
@@ -141,7 +141,7 @@ def test_onnx_runtime_times_the_bricks_through_the_same_path(tmp_path):
     # Converted once per signature: a second run reuses every file.
     before = {f: os.stat(f).st_mtime_ns for f in files}
     entry = suite.entries[0]
-    again = brick_timing.onnx_file(
+    again = onnx_files.onnx_file(
         entry.brick.build, folder, f"brick-{entry.signature}", 1
     )
     assert os.stat(again.path).st_mtime_ns == before[type(files[0])(again.path)]
@@ -151,7 +151,7 @@ def test_a_runnable_of_the_wrong_backend_is_refused(tmp_path):
     model, _ = models.chain()
     with pytest.raises(sampling.MeasurementError, match="ONNX files"):
         brick_timing.model_timer(model, ORT)
-    onnx = brick_timing.OnnxFile(str(tmp_path / "x.onnx"))
+    onnx = onnx_files.OnnxFile(str(tmp_path / "x.onnx"))
     with pytest.raises(sampling.MeasurementError, match="Keras models"):
         brick_timing.model_timer(onnx, SETTINGS, check_settings=False)
 

@@ -10,9 +10,9 @@ import keras
 import pytest
 
 import dlbricks_tf
-from dlbricks_tf import settings as settings_lib
 from dlbricks_tf.cutting import suite as suite_lib
 from dlbricks_tf.estimating import estimate as estimate_lib
+from dlbricks_tf.machine import settings as settings_lib
 from dlbricks_tf.measuring import campaign, chain, timing
 from tests import models
 
@@ -229,9 +229,9 @@ def test_a_brick_is_fed_the_output_of_the_brick_before_where_it_fits():
 def test_time_suite_in_chains_stores_skips_and_keeps_protocols_apart(
     tmp_path,
 ):
-    from dlbricks_tf import bench
-    from dlbricks_tf.fingerprint import system_fingerprint
-    from dlbricks_tf.store import Store
+    from dlbricks_tf.machine.fingerprint import system_fingerprint
+    from dlbricks_tf.running import bench
+    from dlbricks_tf.storing.store import Store
 
     d, suite = _bricks(models.residual()[0], granularity=2)
     fp = system_fingerprint()
@@ -265,7 +265,7 @@ def test_a_killed_chain_loses_only_its_own_samples(tmp_path):
     import sys
     import textwrap
 
-    from dlbricks_tf.store import Store
+    from dlbricks_tf.storing.store import Store
 
     db = tmp_path / "s.sqlite"
     root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -273,19 +273,20 @@ def test_a_killed_chain_loses_only_its_own_samples(tmp_path):
         f"""
         import os, signal, sys
         sys.path.insert(0, {root!r})
-        from dlbricks_tf import settings as settings_lib
-        settings_lib.configure_threads(1, 1)
+        from dlbricks_tf.machine import settings as settings_lib
+        from dlbricks_tf.machine import process as process_lib
+        process_lib.configure_threads(1, 1)
         import dlbricks_tf
-        from dlbricks_tf import bench
+        from dlbricks_tf.running import bench
         from dlbricks_tf.measuring import timing
         from dlbricks_tf.cutting import suite
-        from dlbricks_tf.fingerprint import system_fingerprint
-        from dlbricks_tf.store import Store
+        from dlbricks_tf.machine.fingerprint import system_fingerprint
+        from dlbricks_tf.storing.store import Store
         from tests import models
         d = dlbricks_tf.decompose(models.residual()[0], granularity=1)
         s = suite.build_suite({{"m": d}})
         settings = settings_lib.RunSettings(
-            1, 1, 1, onednn=settings_lib.onednn_enabled())
+            1, 1, 1, onednn=process_lib.onednn_enabled())
         options = timing.TimingOptions(
             min_samples=3, max_samples=3, chain_links=2)
         n = []
@@ -320,9 +321,9 @@ def test_a_killed_chain_loses_only_its_own_samples(tmp_path):
 def test_a_brick_that_cannot_be_built_or_traced_is_recorded_not_fatal(
     tmp_path,
 ):
-    from dlbricks_tf import bench
-    from dlbricks_tf.fingerprint import system_fingerprint
-    from dlbricks_tf.store import Store
+    from dlbricks_tf.machine.fingerprint import system_fingerprint
+    from dlbricks_tf.running import bench
+    from dlbricks_tf.storing.store import Store
 
     _, suite = _bricks(models.residual()[0])
     signatures = suite.signatures

@@ -1,4 +1,5 @@
-"""Tests of dlbricks_tf/reporting/charts.py: PNGs that decode at their size."""
+"""Tests of dlbricks_tf/drawing/charts.py and bar_charts.py: PNGs that
+decode at their size, bars and their ranges."""
 
 import io
 import math
@@ -8,7 +9,7 @@ import numpy as np
 import pytest
 from matplotlib.container import ErrorbarContainer
 
-from dlbricks_tf.reporting import charts
+from dlbricks_tf.drawing import bar_charts, charts
 
 NAMES = [f"Model{i}" for i in range(6)]
 
@@ -30,14 +31,14 @@ def error_segments(ax) -> dict[str, np.ndarray]:
 @pytest.mark.parametrize(
     "make",
     [
-        lambda **kw: charts.bar_chart(
+        lambda **kw: bar_charts.bar_chart(
             NAMES, range(6), title="t", value_label="v", reference=2.0,
             reference_label="mean", annotations=tuple(NAMES), **kw,
         ),
-        lambda **kw: charts.grouped_bar_chart(
+        lambda **kw: bar_charts.grouped_bar_chart(
             NAMES, {"a": range(6), "b": range(6, 0, -1)}, **kw
         ),
-        lambda **kw: charts.stacked_bar_chart(
+        lambda **kw: bar_charts.stacked_bar_chart(
             NAMES, {"a": [0.5] * 6, "b": [0.5] * 6}, horizontal=False, **kw
         ),
         lambda **kw: charts.heatmap(
@@ -56,14 +57,14 @@ def test_png_has_the_size_asked_for(make):
 
 
 def test_dpi_scales_the_png():
-    png = charts.bar_chart(["a", "b"], [1, 2], size=(3.0, 2.0), dpi=50)
+    png = bar_charts.bar_chart(["a", "b"], [1, 2], size=(3.0, 2.0), dpi=50)
     assert decode(png).shape[:2] == (100, 150)
 
 
 def test_default_size_grows_with_the_labels():
-    few = charts.bar_chart(NAMES[:3], [1, 2, 3])
+    few = bar_charts.bar_chart(NAMES[:3], [1, 2, 3])
     many_names = [f"LongModelName{i}" for i in range(40)]
-    many = charts.bar_chart(many_names, range(40))
+    many = bar_charts.bar_chart(many_names, range(40))
     (w_few, h_few), (w_many, h_many) = map(charts.png_size, (few, many))
     assert w_few == w_many
     assert h_many > h_few
@@ -74,25 +75,27 @@ def test_default_size_grows_with_the_labels():
 
 
 def test_panels_side_by_side():
-    bars = charts.Bars(("G=1", "G=2"), (("sys", (1.0, 0.9)),), reference=1.0)
-    png = charts.bar_panels([bars, bars], horizontal=False, size=(8, 4))
+    bars = bar_charts.Bars(
+        ("G=1", "G=2"), (("sys", (1.0, 0.9)),), reference=1.0
+    )
+    png = bar_charts.bar_panels([bars, bars], horizontal=False, size=(8, 4))
     assert decode(png).shape[:2] == (400, 800)
 
 
 def test_mismatched_inputs_are_refused():
     with pytest.raises(ValueError, match="3 values for 2 labels"):
-        charts.grouped_bar_chart(["a", "b"], {"s": [1, 2, 3]})
+        bar_charts.grouped_bar_chart(["a", "b"], {"s": [1, 2, 3]})
     with pytest.raises(ValueError, match="annotations"):
-        charts.bar_chart(["a", "b"], [1, 2], annotations=("x",))
+        bar_charts.bar_chart(["a", "b"], [1, 2], annotations=("x",))
     with pytest.raises(ValueError, match="2x2 matrix"):
         charts.heatmap(["a", "b"], np.ones((3, 3)))
     with pytest.raises(ValueError, match="at least one panel"):
-        charts.bar_panels([])
+        bar_charts.bar_panels([])
     with pytest.raises(ValueError, match="Not a PNG"):
         charts.png_size(b"GIF89a" + bytes(30))
 
 
-RANGED = charts.Bars(
+RANGED = bar_charts.Bars(
     ("a", "b", "c", "d", "e"),
     (("normalized", (0.9, 1.0, 1.2, math.nan, 1.0)),),
     reference=1.0,
@@ -107,7 +110,7 @@ RANGED = charts.Bars(
 
 @pytest.mark.parametrize("horizontal", [True, False])
 def test_error_bars_span_each_labelled_range(horizontal):
-    fig = charts.bar_figure([RANGED], horizontal=horizontal)
+    fig = bar_charts.bar_figure([RANGED], horizontal=horizontal)
     (ax,) = fig.axes
     # (value, position) of each end; b has no range, d no value, and e's
     # range (1.1, 1.2) misses its value 1.0: drawn from the value up.
@@ -147,84 +150,31 @@ def test_error_bars_span_each_labelled_range(horizontal):
 
 
 def test_bars_without_ranges_draw_no_error_bar():
-    bars = charts.Bars(("a", "b"), (("n", (1.0, 2.0)),), errors=(None, None))
-    assert error_segments(charts.bar_figure([bars]).axes[0]) == {}
+    bars = bar_charts.Bars(
+        ("a", "b"), (("n", (1.0, 2.0)),), errors=(None, None)
+    )
+    assert error_segments(bar_charts.bar_figure([bars]).axes[0]) == {}
 
 
 def test_error_ranges_are_checked():
     with pytest.raises(ValueError, match="1 error ranges for 2 labels"):
-        charts.Bars(("a", "b"), (("n", (1.0, 2.0)),), errors=((0, 1),))
+        bar_charts.Bars(("a", "b"), (("n", (1.0, 2.0)),), errors=((0, 1),))
     with pytest.raises(ValueError, match="exactly one unstacked series"):
-        charts.Bars(
+        bar_charts.Bars(
             ("a",), (("n", (1.0,)), ("m", (2.0,))), errors=((0.5, 1.5),)
         )
 
 
 def test_large_type_keeps_rows_apart():
     names = [f"LongModelName{i}" for i in range(40)]
-    small = charts.png_size(charts.bar_chart(names, range(40), dpi=150))
+    small = charts.png_size(bar_charts.bar_chart(names, range(40), dpi=150))
     large = charts.png_size(
-        charts.bar_chart(names, range(40), dpi=150, font=12)
+        bar_charts.bar_chart(names, range(40), dpi=150, font=12)
     )
     assert small[0] == large[0] == 1125  # 7.5 inches at 150 dpi.
     # A 12-point label is 25 px at 150 dpi: each row has two of them.
     assert large[1] / 40 >= 2 * 12 * 150 / 72
     assert large[1] > small[1]
-
-
-def test_measured_vs_estimated_draws_both_ranges_and_the_band():
-    fig = charts.measured_vs_estimated_figure(
-        ["a", "b", "c"],
-        [10.0, 20.0, 40.0],
-        [9.0, 22.0, math.nan],
-        estimated_ranges=[(8.0, 10.0), None, (30.0, 50.0)],
-        measured_ranges=[(9.5, 10.5), (19.0, 21.5), None],
-        parallel=[8.0, 20.0, 30.0],
-        band=0.1,
-    )
-    ax = fig.axes[0]
-    got = error_segments(ax)
-    # Vertical at the measurement; c has no estimate, so no bar.
-    np.testing.assert_allclose(got["estimate's range"], [[(10, 8), (10, 10)]])
-    # Horizontal at the estimate.
-    np.testing.assert_allclose(
-        got["measured CI"], [[(9.5, 9), (10.5, 9)], [(19, 22), (21.5, 22)]]
-    )
-    ratios = sorted(
-        round(float(line.get_ydata()[1] / line.get_xdata()[1]), 9)
-        for line in ax.lines
-        if line.get_linestyle() != "None"  # Not an error bar's caps.
-    )
-    assert ratios == [0.9, 1.0, 1.1]  # The band around the diagonal.
-    # 8..50 ms spans more than a factor of 4: logarithmic, holding all.
-    assert ax.get_xscale() == ax.get_yscale() == "log"
-    assert ax.get_xlim() == ax.get_ylim()
-    assert ax.get_xlim()[0] < 8.0 and ax.get_xlim()[1] > 50.0
-    assert {t.get_text() for t in ax.texts} == {"a", "b"}
-    assert charts.png_size(charts.to_png(fig)) == (800, 700)
-
-
-def test_measured_vs_estimated_numbers_many_models_with_a_key():
-    names = [f"m{i}" for i in range(13)]
-    estimated = [11.0 + i for i in range(13)]
-    estimated[4] = math.nan  # No estimate: listed, not drawn.
-    fig = charts.measured_vs_estimated_figure(
-        names, [10.0 + i for i in range(13)], estimated
-    )
-    ax, key = fig.axes
-    assert ax.get_xscale() == "linear"  # 10..23 ms: a factor under 4.
-    assert ax.get_xlim() == ax.get_ylim() == (0.0, pytest.approx(23 * 1.1))
-    numbers = sorted(int(t.get_text()) for t in ax.texts)
-    assert numbers == [i for i in range(1, 14) if i != 5]
-    listed = {t.get_text() for t in key.texts}
-    assert {"1  m0", "5  m4 (not drawn)", "13  m12"} <= listed
-    assert len(listed) == 13
-    assert error_segments(ax) == {}
-
-
-def test_measured_vs_estimated_refuses_mismatched_lengths():
-    with pytest.raises(ValueError, match="estimated has 1 values for 2"):
-        charts.measured_vs_estimated(["a", "b"], [1.0, 2.0], [1.0])
 
 
 if __name__ == "__main__":

@@ -110,14 +110,14 @@ def dlbricks(*args: str, cwd=None, **env: str) -> subprocess.CompletedProcess:
     """
     from absl import flags
 
-    from dlbricks_tf import settings
     from dlbricks_tf.cli import main
+    from dlbricks_tf.machine import process
 
     argv = ["dlbricks", *args]
     for default in THREADS:
         if not any(a.startswith(default.split("=")[0] + "=") for a in args):
             argv.append(default)
-    settings.configure_threads(1, 1)  # What conftest.py's tests run with.
+    process.configure_threads(1, 1)  # What conftest.py's tests run with.
     out, err = io.StringIO(), io.StringIO()
     sigterm = signal.getsignal(signal.SIGTERM)
     cwd_before = os.getcwd()

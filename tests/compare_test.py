@@ -7,11 +7,11 @@ import pytest
 import tensorflow as tf
 from tensorboard.backend.event_processing import event_accumulator
 
-from dlbricks_tf.fingerprint import SystemFingerprint
-from dlbricks_tf.reporting import board, compare
-from dlbricks_tf.settings import RunSettings
+from dlbricks_tf.machine.fingerprint import SystemFingerprint
+from dlbricks_tf.machine.settings import RunSettings
+from dlbricks_tf.reporting import board, compare, estimates_board
 from dlbricks_tf.stats import Timing
-from dlbricks_tf.store import Store
+from dlbricks_tf.storing.store import Store
 
 FAST_CPU = SystemFingerprint(
     cpu_model="Intel(R) Xeon(R) Fast CPU @ 3.0GHz",
@@ -114,7 +114,7 @@ def test_parallel_mode(store):
 
 def test_write_comparison_reads_back(store, tmp_path):
     table = compare.compare(PLANS, store, batch_size=1)
-    files = board.write_comparison(tmp_path / "tb", table)
+    files = estimates_board.write_comparison(tmp_path / "tb", table)
     assert len(files) == 1
     acc = event_accumulator.EventAccumulator(
         str(tmp_path / "tb" / board.COMPARE_RUN),
@@ -130,7 +130,7 @@ def test_write_comparison_reads_back(store, tmp_path):
     text = tf.make_ndarray(acc.Tensors(text_tag)[0].tensor_proto)
     assert b"net_a" in text.item()
     # A rewrite replaces, not adds.
-    assert len(board.write_comparison(tmp_path / "tb", table)) == 1
+    assert len(estimates_board.write_comparison(tmp_path / "tb", table)) == 1
 
 
 if __name__ == "__main__":

@@ -31,11 +31,11 @@ def pytest_collection_finish(session):
     del session  # Unused.
     if "tensorflow" not in sys.modules:
         return
-    from dlbricks_tf import settings
+    from dlbricks_tf.machine import process
 
     try:
-        settings.configure_threads(1, 1)
-    except settings.ThreadPoolError:
+        process.configure_threads(1, 1)
+    except process.ThreadPoolError:
         # A file run as the main module (Bazel) ran an op on import:
         # timers then do not check the pools (`tests.models.settings`).
         pass

@@ -11,10 +11,10 @@ from dlbricks_tf.cutting import split
 from dlbricks_tf.cutting.decompose import Cutter, decompose, model_graph
 from dlbricks_tf.estimating import cover as cover_lib
 from dlbricks_tf.estimating import estimate as estimate_lib
-from dlbricks_tf.fingerprint import SystemFingerprint
-from dlbricks_tf.settings import RunSettings
+from dlbricks_tf.machine.fingerprint import SystemFingerprint
+from dlbricks_tf.machine.settings import RunSettings
 from dlbricks_tf.stats import Timing
-from dlbricks_tf.store import Store
+from dlbricks_tf.storing.store import Store
 from tests import models
 from tests.fakes import FP, SETTINGS
 

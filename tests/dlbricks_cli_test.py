@@ -23,10 +23,10 @@ import tensorflow as tf
 from tensorboard.backend.event_processing import event_accumulator
 
 import dlbricks_tf
-from dlbricks_tf.fingerprint import SystemFingerprint
-from dlbricks_tf.settings import RunSettings
+from dlbricks_tf.machine.fingerprint import SystemFingerprint
+from dlbricks_tf.machine.settings import RunSettings
 from dlbricks_tf.stats import Timing
-from dlbricks_tf.store import Store
+from dlbricks_tf.storing.store import Store
 from tests import models
 from tests.cli import FAST, dlbricks, subprocess_dlbricks
 
@@ -262,9 +262,9 @@ def test_run_records_a_brick_that_cannot_be_timed_and_times_the_rest(
     files, tmp_path
 ):
     import dlbricks_tf
-    from dlbricks_tf.fingerprint import system_fingerprint
-    from dlbricks_tf.settings import RunSettings
-    from dlbricks_tf.store import Store
+    from dlbricks_tf.machine.fingerprint import system_fingerprint
+    from dlbricks_tf.machine.settings import RunSettings
+    from dlbricks_tf.storing.store import Store
 
     loose = tmp_path / "loose.keras"
     models.loose().save(loose)

@@ -24,9 +24,11 @@ import numpy as np
 import pytest
 
 import dlbricks_tf
-from dlbricks_tf import fingerprint, settings, stats, store
+from dlbricks_tf import stats
 from dlbricks_tf.cutting import suite, synthetic
+from dlbricks_tf.machine import fingerprint, settings
 from dlbricks_tf.portable import export, suite_dir
+from dlbricks_tf.storing import store
 from tests import models
 from tests.cli import dlbricks
 
@@ -361,9 +363,9 @@ def test_old_record_without_onnx_check_is_exported_again(exported, tmp_path):
 
 
 def test_gelu_converts_and_an_unconvertible_brick_is_named(tmp_path):
-    from dlbricks_tf import bench
     from dlbricks_tf.measuring import timing
     from dlbricks_tf.portable import suite_bench
+    from dlbricks_tf.running import bench
 
     inp = keras.Input((16,))
     x = keras.layers.Dense(32, activation="gelu")(inp)  # Exact GELU: Erfc.

@@ -1,7 +1,7 @@
 """A made-up machine and settings for tests that fill a store by hand."""
 
-from dlbricks_tf.fingerprint import SystemFingerprint
-from dlbricks_tf.settings import RunSettings
+from dlbricks_tf.machine.fingerprint import SystemFingerprint
+from dlbricks_tf.machine.settings import RunSettings
 
 SETTINGS = RunSettings(batch_size=1, intra_op_threads=1, inter_op_threads=1)
 FP = SystemFingerprint(

@@ -7,7 +7,7 @@ every result committed before, and a rerun must finish the job with every
 signature once and nothing stored re-timed. Three processes time the three
 shards of a suite into one store at once. A brick that never settles is
 measured twice and stored flagged, in `bench` and in the interleaved `run`
-path of `dlbricks_tf.job`, and the `estimate` command says so.
+path of `dlbricks_tf.running.job`, and the `estimate` command says so.
 """
 
 import contextlib
@@ -28,14 +28,14 @@ import keras
 import pytest
 
 import dlbricks_tf
-from dlbricks_tf import job
-from dlbricks_tf import settings as settings_lib
 from dlbricks_tf.cutting import suite as suite_lib
-from dlbricks_tf.fingerprint import system_fingerprint
+from dlbricks_tf.machine import settings as settings_lib
+from dlbricks_tf.machine.fingerprint import system_fingerprint
 from dlbricks_tf.measuring import timing
 from dlbricks_tf.reporting import report
+from dlbricks_tf.running import job
 from dlbricks_tf.stats import Timing
-from dlbricks_tf.store import Store
+from dlbricks_tf.storing.store import Store
 from tests import models
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -219,14 +219,15 @@ _SHARD_WRITER = textwrap.dedent(
     """
     import json, sys, time
     from pathlib import Path
-    from dlbricks_tf import settings as settings_lib
-    settings_lib.configure_threads(1, 1)
+    from dlbricks_tf.machine import settings as settings_lib
+    from dlbricks_tf.machine import process as process_lib
+    process_lib.configure_threads(1, 1)
     import dlbricks_tf
-    from dlbricks_tf import bench
+    from dlbricks_tf.running import bench
     from dlbricks_tf.measuring import timing
     from dlbricks_tf.cutting import suite as suite_lib
-    from dlbricks_tf.fingerprint import system_fingerprint
-    from dlbricks_tf.store import Store
+    from dlbricks_tf.machine.fingerprint import system_fingerprint
+    from dlbricks_tf.storing.store import Store
 
     model, db, index, folder = sys.argv[1:]
     d = dlbricks_tf.decompose(model)

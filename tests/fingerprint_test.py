@@ -1,4 +1,4 @@
-"""Tests for dlbricks_tf/fingerprint.py."""
+"""Tests for dlbricks_tf/machine/fingerprint.py."""
 
 import dataclasses
 import json
@@ -7,8 +7,8 @@ from importlib import metadata
 
 import pytest
 
-from dlbricks_tf import fingerprint
-from dlbricks_tf import settings as settings_lib
+from dlbricks_tf.machine import fingerprint
+from dlbricks_tf.machine import process as process_lib
 
 
 def test_current_fingerprint_fields():
@@ -47,7 +47,7 @@ def test_current_fingerprint_records_tensorflows_rule():
     fp = fingerprint.system_fingerprint()
     assert fp.onednn_rule == fingerprint.ONEDNN_RULE == "tf"
     assert not fp.legacy_onednn
-    assert fp.onednn is settings_lib.onednn_in_effect()
+    assert fp.onednn is process_lib.onednn_in_effect()
     assert json.loads(fp.to_json())["onednn_rule"] == "tf"
 
 

@@ -36,12 +36,12 @@ import pytest
 import dlbricks_tf
 from dlbricks_tf import errors
 from dlbricks_tf.cutting import graph, loading, suite
-from dlbricks_tf.fingerprint import system_fingerprint
+from dlbricks_tf.machine.fingerprint import system_fingerprint
+from dlbricks_tf.machine.settings import RunSettings
 from dlbricks_tf.portable import export, recipe
 from dlbricks_tf.portable import suite_dir as suite_dir_lib
-from dlbricks_tf.settings import RunSettings
 from dlbricks_tf.stats import Timing
-from dlbricks_tf.store import Store
+from dlbricks_tf.storing.store import Store
 
 INPUTS = int(os.environ.get("DLBRICKS_FUZZ_INPUTS", "600"))
 SEED = int(os.environ.get("DLBRICKS_FUZZ_SEED", "17"))

@@ -17,13 +17,14 @@ import numpy as np
 import pytest
 
 import dlbricks_tf
-from dlbricks_tf import bench, corpus
 from dlbricks_tf.cutting import suite
-from dlbricks_tf.fingerprint import system_fingerprint
+from dlbricks_tf.machine.fingerprint import system_fingerprint
+from dlbricks_tf.machine.settings import RunSettings
 from dlbricks_tf.measuring import timing
+from dlbricks_tf.models import corpus
 from dlbricks_tf.portable import export, suite_bench, suite_dir
-from dlbricks_tf.settings import RunSettings
-from dlbricks_tf.store import Store
+from dlbricks_tf.running import bench
+from dlbricks_tf.storing.store import Store
 from tests import models
 from tests.cli import FAST, dlbricks
 

@@ -1,4 +1,4 @@
-"""Tests of dlbricks_tf/job.py: the whole job on two tiny models.
+"""Tests of dlbricks_tf/running/job.py: the whole job on two tiny models.
 
 Brick timings are planted in the store where a test needs exact numbers
 (the estimate is then their sum); whole models are timed for real with
@@ -12,12 +12,13 @@ import shutil
 
 import pytest
 
-from dlbricks_tf import errors, job
-from dlbricks_tf.fingerprint import system_fingerprint
+from dlbricks_tf import errors
+from dlbricks_tf.machine.fingerprint import system_fingerprint
 from dlbricks_tf.measuring import timing
 from dlbricks_tf.reporting import report
+from dlbricks_tf.running import job, report_json, steps
 from dlbricks_tf.stats import Timing
-from dlbricks_tf.store import Store
+from dlbricks_tf.storing.store import Store
 from tests import models
 
 FAST = timing.TimingOptions(
@@ -186,17 +187,17 @@ def test_measure_and_estimate_models(files):
     sources = job.resolve_models([files["chain"]])
     with Store(":memory:") as store:
         with pytest.raises(errors.Error, match="no timing"):
-            job.estimate_models(sources, 1, SETTINGS, FP, store)
+            steps.estimate_models(sources, 1, SETTINGS, FP, store)
         d = sources[0].decompose(1)
         for b in d.bricks:
             store.put(b.signature, SETTINGS, FP, _timing(0.5))
-        (row,) = job.estimate_models(sources, 1, SETTINGS, FP, store)
+        (row,) = steps.estimate_models(sources, 1, SETTINGS, FP, store)
         assert row["estimated_ms"] == pytest.approx(0.5 * len(d.bricks))
         assert row["measured_ms"] is None and row["normalized"] is None
-        measured = job.measure_models(
+        measured = steps.measure_models(
             sources, SETTINGS, FP, store, FAST, check_settings=False
         )
-        (row,) = job.estimate_models(
+        (row,) = steps.estimate_models(
             sources, 1, SETTINGS, FP, store, "parallel"
         )
     assert row["measured_ms"] == measured["chain"].center_ms
@@ -259,7 +260,7 @@ def test_recipes_and_decompositions_estimate_alike(files):
         for b in d.bricks:
             store.put(b.signature, SETTINGS, FP, _timing(0.25))
         store.put_model("chain", SETTINGS, FP, _timing(1.0))
-        from_d, from_recipe = job.estimate_plans(plans, SETTINGS, FP, store)
+        from_d, from_recipe = steps.estimate_plans(plans, SETTINGS, FP, store)
     assert from_d == from_recipe
     assert from_d["granularity"] == 1 and from_d["measured_ms"] == 1.0
     assert from_d["estimated_ms"] == pytest.approx(0.25 * len(d.bricks))
@@ -288,7 +289,9 @@ def test_corpus_row_keeps_the_wall_clock_figures_in_order(files):
 
 
 def test_write_report_replaces_non_finite_numbers(tmp_path):
-    job.write_report({"runs": [{"normalized": math.inf}]}, tmp_path / "r")
+    report_json.write_report(
+        {"runs": [{"normalized": math.inf}]}, tmp_path / "r"
+    )
     assert json.loads((tmp_path / "r").read_text()) == {
         "runs": [{"normalized": None}]
     }

@@ -10,7 +10,7 @@ from dlbricks_tf.cutting import split
 from dlbricks_tf.cutting.decompose import Cutter
 from dlbricks_tf.estimating import features
 from dlbricks_tf.stats import Timing
-from dlbricks_tf.store import Store
+from dlbricks_tf.storing.store import Store
 from tests.fakes import FP, SETTINGS
 
 

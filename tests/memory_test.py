@@ -17,7 +17,7 @@ import sys
 import keras
 import pytest
 
-from dlbricks_tf import settings as settings_lib
+from dlbricks_tf.machine import settings as settings_lib
 from dlbricks_tf.measuring import memory, timing
 from tests import cli
 

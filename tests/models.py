@@ -11,8 +11,9 @@ import numpy as np
 from keras import layers, ops
 
 import dlbricks_tf
-from dlbricks_tf import settings as settings_lib
 from dlbricks_tf.cutting import fidelity
+from dlbricks_tf.machine import process as process_lib
+from dlbricks_tf.machine import settings as settings_lib
 
 _RNG = np.random.default_rng(0)
 
@@ -36,12 +37,12 @@ def settings(
         (settings, checked).
     """
     try:
-        settings_lib.configure_threads(1, 1)
+        process_lib.configure_threads(1, 1)
         checked = True
-    except settings_lib.ThreadPoolError:
+    except process_lib.ThreadPoolError:
         checked = False  # An earlier test ran TensorFlow first.
     run = settings_lib.RunSettings(
-        1, 1, 1, onednn=settings_lib.onednn_enabled(), protocol=protocol
+        1, 1, 1, onednn=process_lib.onednn_enabled(), protocol=protocol
     )
     return run, checked
 

@@ -18,8 +18,9 @@ import pytest
 _SCRIPT = textwrap.dedent(
     """
     import os
-    from dlbricks_tf import settings as settings_lib
-    settings_lib.configure_threads(1, 1)
+    from dlbricks_tf.machine import settings as settings_lib
+    from dlbricks_tf.machine import process as process_lib
+    process_lib.configure_threads(1, 1)
     import keras
     import dlbricks_tf
     from dlbricks_tf.measuring import chain, timing

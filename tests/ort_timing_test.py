@@ -23,11 +23,12 @@ import tensorflow as tf
 from keras import layers
 
 import dlbricks_tf
-from dlbricks_tf import errors, store
-from dlbricks_tf import settings as settings_lib
+from dlbricks_tf import errors
 from dlbricks_tf.cutting import synthetic
-from dlbricks_tf.fingerprint import system_fingerprint
-from dlbricks_tf.measuring import ort_timing, timing
+from dlbricks_tf.machine import settings as settings_lib
+from dlbricks_tf.machine.fingerprint import system_fingerprint
+from dlbricks_tf.measuring import ort_session, ort_timing, timing
+from dlbricks_tf.storing import store
 from tests import models
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -67,7 +68,7 @@ def test_session_uses_the_requested_threads(chain_onnx):
         inter_op_threads=3,
         backend="onnxruntime",
     )
-    session = ort_timing.session_for(chain_onnx, settings)
+    session = ort_session.session_for(chain_onnx, settings)
     options = session.get_session_options()
     assert options.intra_op_num_threads == 2
     assert options.inter_op_num_threads == 3
@@ -328,12 +329,13 @@ def test_missing_onnxruntime_is_a_one_line_error(tmp_path):
     )
     script = textwrap.dedent(
         """
-        from dlbricks_tf import errors, settings
-        from dlbricks_tf.measuring import ort_timing
+        from dlbricks_tf import errors
+        from dlbricks_tf.machine import settings
+        from dlbricks_tf.measuring import ort_session, ort_timing
         s = settings.RunSettings(1, 1, 1, backend="onnxruntime")
         try:
-            ort_timing.session_for("missing.onnx", s)
-        except ort_timing.OnnxRuntimeMissingError as e:
+            ort_session.session_for("missing.onnx", s)
+        except ort_session.OnnxRuntimeMissingError as e:
             assert isinstance(e, errors.Error)
             assert isinstance(e, ort_timing.MeasurementError)
             print("ERROR=" + repr(str(e)))
@@ -359,7 +361,7 @@ def test_missing_onnxruntime_is_a_one_line_error(tmp_path):
     assert "\n" not in message
     assert "pip install onnxruntime" in message
     assert "--backend=tf" in message
-    assert issubclass(ort_timing.OnnxRuntimeMissingError, errors.Error)
+    assert issubclass(ort_session.OnnxRuntimeMissingError, errors.Error)
 
 
 def test_importing_the_ort_path_imports_no_tensorflow():

@@ -14,12 +14,12 @@ from keras import layers
 
 from dlbricks_tf.cutting import split
 from dlbricks_tf.cutting.decompose import Cutter, from_runs, model_graph
-from dlbricks_tf.estimating import beyond, cost, features
+from dlbricks_tf.estimating import beyond, cost, features, regressors
 from dlbricks_tf.estimating import estimate as estimate_lib
 from dlbricks_tf.estimating import predict as predict_lib
-from dlbricks_tf.fingerprint import system_fingerprint
-from dlbricks_tf.settings import RunSettings
-from dlbricks_tf.store import Store
+from dlbricks_tf.machine.fingerprint import system_fingerprint
+from dlbricks_tf.machine.settings import RunSettings
+from dlbricks_tf.storing.store import Store
 from tests import models
 from tests.cli import dlbricks
 from tests.fakes import FP, SETTINGS
@@ -98,12 +98,12 @@ def test_a_brick_is_of_the_kind_of_its_costliest_call():
         features.vector(features.brick_features(cut.brick(i, j), graph.specs))
         for i, j in ((0, 3), (1, 3), (2, 3), (3, 4), (2, 5), (4, 5))
     ]
-    assert predict_lib.brick_kinds(np.array(rows)) == [
+    assert regressors.brick_kinds(np.array(rows)) == [
         "conv", "batchnorm", "activation", "grouped", "grouped", "elementwise",
     ]  # fmt: skip
     # A kind of few bricks is priced by the model of all kinds.
-    many = np.array(rows[:1] * predict_lib.MIN_KIND_BRICKS + rows[3:4] * 3)
-    model = predict_lib._Kinds(0).fit(many, np.log(np.arange(1.0, 24.0)))
+    many = np.array(rows[:1] * regressors.MIN_KIND_BRICKS + rows[3:4] * 3)
+    model = regressors.Kinds(0).fit(many, np.log(np.arange(1.0, 24.0)))
     assert set(model.kinds) == {"conv"}
 
 
@@ -363,7 +363,7 @@ def test_the_predictor_learns_from_the_applications_the_store_timed(
         monkeypatch.setattr(beyond, "kept_predictor", kept_predictor)
         for training in (None, []):
             with pytest.raises(predict_lib.PredictorError, match="enough"):
-                beyond.estimate_models(
+                beyond.cover_and_predict(
                     [], 1, SETTINGS, FP, store, predict=True, training=training
                 )
     assert taught == [["MobileNetV2", "ResNet50"], []]

@@ -1,4 +1,4 @@
-"""Tests for dlbricks_tf/probes.py: the probe corpus is deterministic,
+"""Tests for dlbricks_tf/models/probes.py: the probe corpus is deterministic,
 within its budgets, covers its kinds, and every probe builds, runs and
 cuts into bricks as models do."""
 
@@ -7,10 +7,10 @@ import collections
 import numpy as np
 import pytest
 
-from dlbricks_tf import corpus, probes
 from dlbricks_tf.cutting import split
 from dlbricks_tf.cutting.decompose import decompose, from_runs, model_graph
 from dlbricks_tf.estimating import features
+from dlbricks_tf.models import corpus, probes
 
 
 def test_the_same_seed_gives_the_same_probes_and_another_others():
@@ -97,7 +97,7 @@ def test_cli_times_probes_and_estimates_a_model_from_them_alone(tmp_path):
     """`bench --probes` stores the probes' bricks; `estimate --predict`
     then prices a model none of whose bricks was timed, from the probes
     alone, and reads the fitted predictor back from the store next time."""
-    from dlbricks_tf.store import Store
+    from dlbricks_tf.storing.store import Store
     from tests import models
     from tests.cli import FAST, dlbricks
 

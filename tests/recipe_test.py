@@ -12,10 +12,12 @@ import json
 import pytest
 
 import dlbricks_tf
-from dlbricks_tf import fingerprint, settings, stats, store
+from dlbricks_tf import stats
 from dlbricks_tf.cutting import suite
 from dlbricks_tf.estimating import estimate as estimate_lib
+from dlbricks_tf.machine import fingerprint, settings
 from dlbricks_tf.portable import recipe
+from dlbricks_tf.storing import store
 from tests import models
 
 

@@ -7,11 +7,12 @@ machine); the TF workload is checked to time real work.
 
 import pytest
 
-from dlbricks_tf import settings as settings_lib
 from dlbricks_tf import stats
-from dlbricks_tf.fingerprint import system_fingerprint
+from dlbricks_tf.machine import process as process_lib
+from dlbricks_tf.machine import settings as settings_lib
+from dlbricks_tf.machine.fingerprint import system_fingerprint
 from dlbricks_tf.measuring import reference, sampling
-from dlbricks_tf.store import Store
+from dlbricks_tf.storing.store import Store
 
 
 class FakeTimer(sampling.AdaptiveSampling):
@@ -98,7 +99,7 @@ def test_the_state_is_where_samples_are_put_and_the_window_smooths():
 
 def test_calibration_is_kept_in_the_store_and_reused(tmp_path):
     settings = settings_lib.RunSettings(
-        1, 1, 1, onednn=settings_lib.onednn_enabled()
+        1, 1, 1, onednn=process_lib.onednn_enabled()
     )
     fp = system_fingerprint()
     readings = iter([3.0, 1.0, 2.0] + [9.0] * 20)

@@ -3,7 +3,7 @@
 import pytest
 
 import dlbricks_tf
-from dlbricks_tf.fingerprint import SystemFingerprint
+from dlbricks_tf.machine.fingerprint import SystemFingerprint
 from dlbricks_tf.reporting import report
 from tests import models
 

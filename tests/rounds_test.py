@@ -12,7 +12,7 @@ import dataclasses
 import pytest
 
 import dlbricks_tf
-from dlbricks_tf import settings as settings_lib
+from dlbricks_tf.machine import settings as settings_lib
 from dlbricks_tf.measuring import ort_timing, rounds, timing
 from dlbricks_tf.stats import Timing
 from tests import models

@@ -15,7 +15,7 @@ from dlbricks_tf.cutting import split
 from dlbricks_tf.cutting.decompose import from_runs, model_graph
 from dlbricks_tf.estimating import beyond, features, saved_predictor
 from dlbricks_tf.estimating import predict as predict_lib
-from dlbricks_tf.sources import ModelSource
+from dlbricks_tf.models.sources import ModelSource
 from tests.fakes import FP, SETTINGS
 from tests.law import law_ms, law_store, net, timing
 
@@ -157,7 +157,7 @@ def test_the_store_keeps_its_predictor_until_its_bricks_change(
 
 def test_a_law_store_with_probe_bricks_teaches_the_probes(tmp_path):
     """The probes' stored bricks are learnt from, as any model's are."""
-    from dlbricks_tf import corpus, probes
+    from dlbricks_tf.models import corpus, probes
 
     specs = probes.specs(12, seed=1)
     probe_graphs = {s.name: model_graph(probes.build(s)) for s in specs}

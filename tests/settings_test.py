@@ -1,4 +1,4 @@
-"""Tests for dlbricks_tf/settings.py."""
+"""Tests for dlbricks_tf/machine/settings.py."""
 
 import os
 import subprocess
@@ -8,7 +8,8 @@ import textwrap
 import pytest
 
 from dlbricks_tf import errors
-from dlbricks_tf import settings as settings_lib
+from dlbricks_tf.machine import process as process_lib
+from dlbricks_tf.machine import settings as settings_lib
 
 _ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -85,13 +86,13 @@ def test_invalid_settings_raise(kwargs):
 def test_defaults():
     s = settings_lib.RunSettings.default(batch_size=2)
     assert s.batch_size == 2
-    assert s.intra_op_threads == settings_lib.physical_cores() >= 1
+    assert s.intra_op_threads == process_lib.physical_cores() >= 1
     assert s.inter_op_threads == 1
     assert s.backend == "tf" and not s.jit_compile
 
 
 def test_physical_cores_within_cpu_count():
-    assert 1 <= settings_lib.physical_cores() <= (os.cpu_count() or 1)
+    assert 1 <= process_lib.physical_cores() <= (os.cpu_count() or 1)
 
 
 # /proc/cpuinfo lines as the kernel writes them (flags shortened).
@@ -127,7 +128,7 @@ _GRAVITON2 = "processor\t: 0\nCPU implementer\t: 0x41\nCPU part\t: 0xd0c\n"
 def test_onednn_default_follows_tensorflows_cpu_rule(
     cpuinfo, system, machine, expected
 ):
-    default = settings_lib.onednn_default(
+    default = process_lib.onednn_default(
         cpuinfo, system=system, machine=machine
     )
     assert default is expected
@@ -151,22 +152,24 @@ def test_onednn_default_follows_tensorflows_cpu_rule(
 )
 def test_onednn_flag_from_environment(value, expected, default):
     env = {"TF_ENABLE_ONEDNN_OPTS": value}
-    flag = settings_lib.onednn_enabled(env, default=default)
+    flag = process_lib.onednn_enabled(env, default=default)
     assert flag is (default if expected is None else expected)
 
 
 def test_onednn_unset_is_this_cpus_default():
-    assert settings_lib.onednn_enabled({}) is settings_lib.onednn_default()
-    assert settings_lib.onednn_enabled({}, default=False) is False
+    assert process_lib.onednn_enabled({}) is process_lib.onednn_default()
+    assert process_lib.onednn_enabled({}, default=False) is False
 
 
 _NO_TENSORFLOW = textwrap.dedent(
     """
     import sys
     sys.path.insert(0, {root!r})
-    from dlbricks_tf import fingerprint, settings as s
+    from dlbricks_tf.machine import fingerprint
+    from dlbricks_tf.machine import process as process_lib
     fp = fingerprint.system_fingerprint()
-    print(s.tensorflow_onednn(), s.onednn_in_effect() == fp.onednn)
+    print(process_lib.tensorflow_onednn(),
+          process_lib.onednn_in_effect() == fp.onednn)
     print("tensorflow" in sys.modules)
     """
 )
@@ -188,15 +191,15 @@ def test_onednn_rule_agrees_with_tensorflow_in_this_process(monkeypatch):
     from tensorflow.python.util import _pywrap_util_port
 
     actual = bool(_pywrap_util_port.IsMklEnabled())
-    assert settings_lib.tensorflow_onednn() is actual
-    assert settings_lib.onednn_enabled() is actual
-    assert settings_lib.onednn_in_effect() is actual
+    assert process_lib.tensorflow_onednn() is actual
+    assert process_lib.onednn_enabled() is actual
+    assert process_lib.onednn_in_effect() is actual
     assert settings_lib.RunSettings.default().onednn is actual
     # TensorFlow read the variable once: changing it now makes the
     # prediction wrong, and the check says so.
     monkeypatch.setenv("TF_ENABLE_ONEDNN_OPTS", "0" if actual else "1")
-    with pytest.raises(settings_lib.OneDnnError, match="TensorFlow runs"):
-        settings_lib.onednn_in_effect()
+    with pytest.raises(process_lib.OneDnnError, match="TensorFlow runs"):
+        process_lib.onednn_in_effect()
 
 
 _WITH_TENSORFLOW = textwrap.dedent(
@@ -205,9 +208,9 @@ _WITH_TENSORFLOW = textwrap.dedent(
     sys.path.insert(0, {root!r})
     import tensorflow
     from tensorflow.python.util import _pywrap_util_port
-    from dlbricks_tf import settings as s
-    print(_pywrap_util_port.IsMklEnabled(), s.onednn_enabled(),
-          s.onednn_in_effect(), s.onednn_default())
+    from dlbricks_tf.machine import process as process_lib
+    print(_pywrap_util_port.IsMklEnabled(), process_lib.onednn_enabled(),
+          process_lib.onednn_in_effect(), process_lib.onednn_default())
     """
 )
 
@@ -232,7 +235,7 @@ def test_onednn_rule_agrees_with_tensorflow_when_forced(value):
 
 
 def test_thread_pool_error_is_a_package_error():
-    assert issubclass(settings_lib.ThreadPoolError, errors.Error)
+    assert issubclass(process_lib.ThreadPoolError, errors.Error)
 
 
 _THREADS = textwrap.dedent(
@@ -240,18 +243,19 @@ _THREADS = textwrap.dedent(
     import sys
     sys.path.insert(0, {root!r})
     import tensorflow as tf
-    from dlbricks_tf import settings as s
-    s.configure_threads(2, 1)
+    from dlbricks_tf.machine import process as process_lib
+    from dlbricks_tf.machine import settings as s
+    process_lib.configure_threads(2, 1)
     s.check_threads(s.RunSettings(1, 2, 1))
     tf.constant(1.0) + 1.0  # TensorFlow is initialised from here on.
-    s.configure_threads(2, 1)  # Same sizes: fine.
+    process_lib.configure_threads(2, 1)  # Same sizes: fine.
     try:
-        s.configure_threads(1, 1)
-    except s.ThreadPoolError as e:
+        process_lib.configure_threads(1, 1)
+    except process_lib.ThreadPoolError as e:
         print("refused:", e)
     try:
         s.check_threads(s.RunSettings(1, 1, 1))
-    except s.ThreadPoolError as e:
+    except process_lib.ThreadPoolError as e:
         print("mismatch:", e)
     """
 )
@@ -276,7 +280,7 @@ def test_configure_threads_before_and_after_first_op():
 
 def test_configure_threads_rejects_bad_sizes():
     with pytest.raises(ValueError):
-        settings_lib.configure_threads(0, 1)
+        process_lib.configure_threads(0, 1)
 
 
 if __name__ == "__main__":

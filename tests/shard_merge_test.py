@@ -19,7 +19,7 @@ import pytest
 
 import dlbricks_tf
 from dlbricks_tf.cutting.suite import Suite, build_suite
-from dlbricks_tf.store import Store
+from dlbricks_tf.storing.store import Store
 from tests import models
 from tests.cli import FAST, dlbricks
 

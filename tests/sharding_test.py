@@ -1,4 +1,4 @@
-"""Tests of dlbricks_tf/sharding.py: which shard a worker times.
+"""Tests of dlbricks_tf/running/sharding.py: which shard a worker times.
 
 Each engine's variables are given as a plain environment mapping, exactly
 as Bazel, Slurm or Kubernetes set them, e.g.
@@ -10,7 +10,8 @@ as Bazel, Slurm or Kubernetes set them, e.g.
 import pytest
 
 from dlbricks_tf import errors
-from dlbricks_tf.sharding import Shard, ShardError, resolve_shard, shard_of
+from dlbricks_tf.cutting.suite import shard_of
+from dlbricks_tf.running.sharding import Shard, ShardError, resolve_shard
 
 
 def test_no_flags_no_engine_is_the_whole_suite():

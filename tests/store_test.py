@@ -1,4 +1,4 @@
-"""Tests for dlbricks_tf/store.py."""
+"""Tests for dlbricks_tf/storing/store.py."""
 
 import contextlib
 import csv
@@ -15,10 +15,11 @@ import time
 
 import pytest
 
-from dlbricks_tf import store as store_lib
-from dlbricks_tf.fingerprint import SystemFingerprint
-from dlbricks_tf.settings import RunSettings
+from dlbricks_tf.machine.fingerprint import SystemFingerprint
+from dlbricks_tf.machine.settings import RunSettings
 from dlbricks_tf.stats import Timing
+from dlbricks_tf.storing import database
+from dlbricks_tf.storing import store as store_lib
 
 _ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SETTINGS = RunSettings(batch_size=1, intra_op_threads=2, inter_op_threads=1)
@@ -97,20 +98,20 @@ def test_model_results_are_separate(tmp_path):
 def test_schema_version_stored_and_newer_refused(tmp_path):
     path = tmp_path / "s.sqlite"
     with store_lib.Store(path) as store:
-        assert store.schema_version == store_lib.SCHEMA_VERSION
+        assert store.schema_version == database.SCHEMA_VERSION
     with sqlite3.connect(path) as db:
         db.execute(
             "UPDATE meta SET value = ? WHERE key = 'schema_version'",
-            (str(store_lib.SCHEMA_VERSION + 1),),
+            (str(database.SCHEMA_VERSION + 1),),
         )
-    with pytest.raises(store_lib.StoreError, match="newer"):
+    with pytest.raises(database.StoreError, match="newer"):
         store_lib.Store(path)
 
 
 def test_not_a_database_is_a_store_error(tmp_path):
     path = tmp_path / "junk.sqlite"
     path.write_bytes(b"this is not sqlite" * 100)
-    with pytest.raises(store_lib.StoreError):
+    with pytest.raises(database.StoreError):
         store_lib.Store(path)
 
 
@@ -123,7 +124,7 @@ def test_export_json_and_csv(tmp_path):
         store.export_csv(tmp_path / "bricks.csv")
         store.export_csv(tmp_path / "models.csv", kind="model")
     data = json.loads((tmp_path / "out.json").read_text())
-    assert data["schema_version"] == store_lib.SCHEMA_VERSION
+    assert data["schema_version"] == database.SCHEMA_VERSION
     assert [b["signature"] for b in data["bricks"]] == ["a", "b"]
     assert data["bricks"][1]["noisy"] is True
     assert data["bricks"][0]["settings"] == SETTINGS.to_dict()
@@ -154,7 +155,7 @@ _WRITER = textwrap.dedent(
     """
     import sys, time
     sys.path.insert(0, {root!r})
-    from dlbricks_tf import store as store_lib
+    from dlbricks_tf.storing import store as store_lib
     from tests.store_test import FP, SETTINGS, _timing
     with store_lib.Store({path!r}) as store:
         for sig in store.missing(["s%d" % i for i in range(50)], SETTINGS, FP):
@@ -248,7 +249,7 @@ def test_unusable_file_is_refused_and_left_as_it_was(tmp_path, make, words):
     path = tmp_path / "s.sqlite"
     make(path)
     before = _digest(path)
-    with pytest.raises(store_lib.StoreError, match=words):
+    with pytest.raises(database.StoreError, match=words):
         store_lib.Store(path)
     assert _digest(path) == before
     assert sorted(os.listdir(tmp_path)) == ["s.sqlite"]
@@ -260,13 +261,13 @@ def test_newer_schema_is_refused_and_left_as_it_was(tmp_path):
         db.execute("UPDATE meta SET value = '99'")
         db.commit()
     before = _digest(path)
-    with pytest.raises(store_lib.StoreError, match="schema version 99"):
+    with pytest.raises(database.StoreError, match="schema version 99"):
         store_lib.Store(path)
     assert _digest(path) == before
 
 
 def test_folder_is_refused(tmp_path):
-    with pytest.raises(store_lib.StoreError, match="is a folder"):
+    with pytest.raises(database.StoreError, match="is a folder"):
         store_lib.Store(tmp_path)
 
 
@@ -300,7 +301,7 @@ def test_write_gives_up_on_a_lock_that_stays(tmp_path):
     holder = sqlite3.connect(path, isolation_level=None)
     holder.execute("BEGIN IMMEDIATE")
     try:
-        with pytest.raises(store_lib.StoreError, match="stayed locked"):
+        with pytest.raises(database.StoreError, match="stayed locked"):
             store.put("blocked", SETTINGS, FP, _timing(1.0))
     finally:
         holder.execute("ROLLBACK")
@@ -319,7 +320,7 @@ _CONCURRENT_WRITER = textwrap.dedent(
     import sys, time
     from pathlib import Path
     sys.path.insert(0, {root!r})
-    from dlbricks_tf import store as store_lib
+    from dlbricks_tf.storing import store as store_lib
     from tests.store_test import FP, SETTINGS, _timing
     index, folder = int(sys.argv[1]), Path(sys.argv[2])
     (folder / f"ready{{index}}").touch()
@@ -408,7 +409,7 @@ def test_version_1_store_is_upgraded_in_place_keeping_results(tmp_path):
         db.execute("DROP TABLE predictors")
         db.execute("UPDATE meta SET value = '1' WHERE key = 'schema_version'")
     with store_lib.Store(path) as store:
-        assert store.schema_version == store_lib.SCHEMA_VERSION == 4
+        assert store.schema_version == database.SCHEMA_VERSION == 4
         assert store.get("a", SETTINGS, FP) == _timing(1.0)
         assert store.get_model("m", SETTINGS, FP) == _timing(3.0)
         store.put_failure("b", SETTINGS, FP, "boom")
@@ -420,10 +421,10 @@ def test_version_1_store_is_upgraded_in_place_keeping_results(tmp_path):
 
 def _version_3_file(path):
     """A store as schema 3 wrote it: its results tables have no means."""
-    stats_ddl = store_lib._STATS_DDL.replace(
+    stats_ddl = database._STATS_DDL.replace(
         "mean_ms REAL, mean_half_ms REAL,", ""
     )
-    schema = store_lib._SCHEMA.replace(store_lib._STATS_DDL, stats_ddl)
+    schema = database._SCHEMA.replace(database._STATS_DDL, stats_ddl)
     with contextlib.closing(sqlite3.connect(path)) as db, db:
         for statement in schema.split(";"):
             if statement.strip() and "reference_states" not in statement:
@@ -436,7 +437,7 @@ def _version_3_file(path):
         db.execute(
             "INSERT INTO fingerprints VALUES (?, ?)", (FP.id, FP.to_json())
         )
-        old = [n for n in store_lib._STATS if not n.startswith("mean")]
+        old = [n for n in database._STATS if not n.startswith("mean")]
         values = _timing(2.0).to_dict()
         for table, column, name in (
             ("brick_results", "signature", "a"),
@@ -480,7 +481,7 @@ def test_reference_state_is_kept_once_per_settings_and_machine(tmp_path):
         # The first state stays: timings scaled to it must stay comparable.
         assert store.put_reference_state(SETTINGS, FP, 3.0) == 1.5
         assert store.reference_state(other, FP) is None
-        with pytest.raises(store_lib.StoreError, match="finite and positive"):
+        with pytest.raises(database.StoreError, match="finite and positive"):
             store.put_reference_state(other, FP, float("nan"))
     with store_lib.Store(tmp_path / "s.sqlite") as store:
         assert store.reference_state(SETTINGS, FP) == 1.5
@@ -532,13 +533,13 @@ CREATE TABLE brick_results (
     signature TEXT NOT NULL,
     settings_key TEXT NOT NULL REFERENCES settings(key),
     fingerprint_id TEXT NOT NULL REFERENCES fingerprints(id),
-    {store_lib._STATS_DDL},
+    {database._STATS_DDL},
     UNIQUE (signature, settings_key, fingerprint_id));
 CREATE TABLE model_results (
     model TEXT NOT NULL,
     settings_key TEXT NOT NULL REFERENCES settings(key),
     fingerprint_id TEXT NOT NULL REFERENCES fingerprints(id),
-    {store_lib._STATS_DDL},
+    {database._STATS_DDL},
     UNIQUE (model, settings_key, fingerprint_id));
 """
 
@@ -572,7 +573,7 @@ def test_old_store_reads_back_under_its_key_and_old_fingerprint(tmp_path):
     path = tmp_path / "old.sqlite"
     _old_store(path)
     with store_lib.Store(path) as store:
-        assert store.schema_version == store_lib.SCHEMA_VERSION
+        assert store.schema_version == database.SCHEMA_VERSION
         [row] = store.rows("brick")
         assert row["fingerprint_id"] == _OLD_FP_ID
         assert row["fingerprint"] == json.loads(_OLD_FP_JSON)

@@ -15,12 +15,12 @@ from pathlib import Path
 import pytest
 from tensorboard.backend.event_processing import event_accumulator
 
-from dlbricks_tf.fingerprint import system_fingerprint
+from dlbricks_tf.machine.fingerprint import system_fingerprint
+from dlbricks_tf.machine.settings import RunSettings
 from dlbricks_tf.measuring import brick_timing
 from dlbricks_tf.portable import recipe as recipe_lib
 from dlbricks_tf.portable import suite_bench, suite_dir
-from dlbricks_tf.settings import RunSettings
-from dlbricks_tf.store import Store
+from dlbricks_tf.storing.store import Store
 from tests import models
 from tests.cli import FAST, dlbricks
 

@@ -26,8 +26,8 @@ import tensorflow as tf
 from onnx import external_data_helper
 
 import dlbricks_tf
-from dlbricks_tf import settings as settings_lib
 from dlbricks_tf.cutting import suite
+from dlbricks_tf.machine import settings as settings_lib
 from dlbricks_tf.measuring import timing
 from dlbricks_tf.portable import export, suite_bench, suite_check, suite_dir
 from tests import cli, models

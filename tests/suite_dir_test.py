@@ -16,10 +16,10 @@ import numpy as np
 import pytest
 
 import dlbricks_tf
-from dlbricks_tf import settings
 from dlbricks_tf.cutting import suite, synthetic
+from dlbricks_tf.machine import settings
 from dlbricks_tf.measuring import timing
-from dlbricks_tf.portable import export, suite_dir
+from dlbricks_tf.portable import export, suite_bricks, suite_dir
 from tests import models
 
 G = 2
@@ -109,7 +109,7 @@ def test_load_saved_model_runs_like_the_brick(exported):
     _, folder = exported
     loaded = suite_dir.load_suite(folder)
     for i, entry in enumerate(loaded.entries):
-        model = suite_dir.load_saved_model(entry, batch_size=3)
+        model = suite_bricks.load_saved_model(entry, batch_size=3)
         assert isinstance(model, keras.Model)
         assert [tuple(t.shape) for t in model.inputs] == [
             (3, *spec.shape[1:]) for spec in entry.inputs
@@ -129,7 +129,7 @@ def test_load_saved_model_runs_like_the_brick(exported):
 def test_timer_times_a_loaded_brick(exported):
     _, folder = exported
     entry = suite_dir.load_suite(folder).entries[0]
-    model = suite_dir.load_saved_model(entry, batch_size=1)
+    model = suite_bricks.load_saved_model(entry, batch_size=1)
     run = settings.RunSettings.default(1)
     options = timing.TimingOptions(
         min_samples=3, max_samples=3, max_seconds=0.5, target_sample_ms=0.2
@@ -147,10 +147,10 @@ def test_timer_times_a_loaded_brick(exported):
 def test_dynamic_batch_and_bad_batch(exported):
     _, folder = exported
     entry = suite_dir.load_suite(folder).entries[0]
-    model = suite_dir.load_saved_model(entry, batch_size=None)
+    model = suite_bricks.load_saved_model(entry, batch_size=None)
     assert model.inputs[0].shape[0] is None
     with pytest.raises(ValueError, match="batch_size"):
-        suite_dir.load_saved_model(entry, batch_size=0)
+        suite_bricks.load_saved_model(entry, batch_size=0)
 
 
 def _error(folder) -> str:

@@ -1,10 +1,10 @@
-"""Tests of dlbricks_tf/reporting/summaries.py: TensorBoard events read back."""
+"""Tests of dlbricks_tf/drawing/summaries.py: TensorBoard events read back."""
 
 import pytest
 import tensorflow as tf
 from tensorboard.backend.event_processing import event_accumulator
 
-from dlbricks_tf.reporting import charts, summaries
+from dlbricks_tf.drawing import bar_charts, summaries
 
 
 def read_run(path) -> event_accumulator.EventAccumulator:
@@ -34,7 +34,7 @@ def test_markdown_table_refuses_ragged_rows():
 
 
 def test_image_text_and_scalars_read_back(tmp_path):
-    png = charts.bar_chart(["a", "b"], [1.0, 2.0], size=(2.0, 1.5), dpi=50)
+    png = bar_charts.bar_chart(["a", "b"], [1.0, 2.0], size=(2.0, 1.5), dpi=50)
     with summaries.run_writer(tmp_path, "run1") as w:
         summaries.write_image(w, "chart", png, step=3)
         summaries.write_table(w, "table", ["model", "calls"], [["a", 7]])

@@ -11,8 +11,8 @@ import pytest
 import tensorflow as tf
 from keras import layers
 
-from dlbricks_tf import settings as settings_lib
 from dlbricks_tf.cutting import synthetic
+from dlbricks_tf.machine import settings as settings_lib
 from dlbricks_tf.measuring import timing_loop
 from tests import models
 

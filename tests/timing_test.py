@@ -12,7 +12,7 @@ import keras
 import pytest
 from keras import layers
 
-from dlbricks_tf import settings as settings_lib
+from dlbricks_tf.machine import settings as settings_lib
 from dlbricks_tf.measuring import timing
 from tests import models
 

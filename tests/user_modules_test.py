@@ -15,10 +15,10 @@ import keras
 import pytest
 
 from dlbricks_tf.cutting import user_modules
-from dlbricks_tf.fingerprint import system_fingerprint
+from dlbricks_tf.machine.fingerprint import system_fingerprint
+from dlbricks_tf.machine.settings import RunSettings
 from dlbricks_tf.portable import suite_dir
-from dlbricks_tf.settings import RunSettings
-from dlbricks_tf.store import Store
+from dlbricks_tf.storing.store import Store
 from tests.cli import FAST, dlbricks, subprocess_dlbricks
 
 PACKAGE = "dlbricks_userpkg"  # Unique: registered once per process.

@@ -418,3 +418,34 @@ def tradeoff(
         skipped=tuple(skipped),
     )
     return tuple(rows), summary
+
+
+@dataclasses.dataclass(frozen=True)
+class AnalysisResult:
+    """Everything `run_analysis` computed, and where it wrote it.
+
+    Attributes:
+        out_dir: The output folder.
+        granularity: G of the similarity and reuse figures.
+        repeatability: One entry per model, in input order (G=1).
+        corpus: Calls and unique calls across all models (G=1).
+        types: Calls by Keras class, one entry per model (G=1).
+        similarity: Jaccard matrix of unique-brick sets at G.
+        reuse: One entry per model at G.
+        tradeoff_rows: Per system, G and model: estimate vs measured.
+        tradeoff: Per system and G: geomean and speed-up.
+        tradeoff_note: Why the trade-off is missing or partial; "" if not.
+        files: The files written, relative to `out_dir`.
+    """
+
+    out_dir: str
+    granularity: int
+    repeatability: tuple[Repeatability, ...]
+    corpus: Repeatability
+    types: tuple[LayerTypes, ...]
+    similarity: Similarity
+    reuse: tuple[Reuse, ...]
+    tradeoff_rows: tuple[TradeoffRow, ...] = ()
+    tradeoff: tuple[TradeoffSummary, ...] = ()
+    tradeoff_note: str = ""
+    files: tuple[str, ...] = ()

@@ -14,14 +14,12 @@ import json
 import re
 from collections.abc import Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from dlbricks_tf import json_files
 from dlbricks_tf.analyzing import analysis
-from dlbricks_tf.reporting import charts, summaries
-
-if TYPE_CHECKING:
-    from dlbricks_tf.analyzing.analyze import AnalysisResult
+from dlbricks_tf.analyzing.analysis import AnalysisResult
+from dlbricks_tf.drawing import bar_charts, charts, summaries
 
 CORPUS_ROW = "(corpus)"
 TENSORBOARD = "tensorboard"
@@ -157,7 +155,7 @@ def _charts(result: AnalysisResult) -> dict[str, bytes]:
     c = result.corpus
     g = result.granularity
     pngs = {
-        "repeatability.png": charts.bar_chart(
+        "repeatability.png": bar_charts.bar_chart(
             names,
             [r.percent_unique for r in result.repeatability],
             title="Unique layer calls per model (G=1)",
@@ -171,7 +169,7 @@ def _charts(result: AnalysisResult) -> dict[str, bytes]:
                 f"({c.percent_unique:.1f}%)"
             ),
         ),
-        "types.png": charts.stacked_bar_chart(
+        "types.png": bar_charts.stacked_bar_chart(
             names,
             _type_series(result.types),
             title="Repeated layer calls by layer type (G=1)",
@@ -189,7 +187,7 @@ def _charts(result: AnalysisResult) -> dict[str, bytes]:
         series["estimated latency"] = [
             100 * r.latency_share for r in result.reuse
         ]
-    pngs["reuse.png"] = charts.grouped_bar_chart(
+    pngs["reuse.png"] = bar_charts.grouped_bar_chart(
         [r.model for r in result.reuse],
         series,
         title=f"Share of each model covered by the other models (G={g})",
@@ -239,9 +237,9 @@ def _tradeoff_charts(result: AnalysisResult) -> dict[str, bytes]:
         )
 
     labels = tuple(f"G={g}" for g in gs)
-    overview = charts.bar_panels(
+    overview = bar_charts.bar_panels(
         [
-            charts.Bars(
+            bar_charts.Bars(
                 labels,
                 series("geomean"),
                 title="Estimate / measured (geometric mean)",
@@ -249,7 +247,7 @@ def _tradeoff_charts(result: AnalysisResult) -> dict[str, bytes]:
                 reference=1.0,
                 reference_label="exact",
             ),
-            charts.Bars(
+            bar_charts.Bars(
                 labels,
                 series("speedup"),
                 title="Benchmarking speed-up",
@@ -262,7 +260,7 @@ def _tradeoff_charts(result: AnalysisResult) -> dict[str, bytes]:
     rows = [r for r in result.tradeoff_rows if r.system == first]
     models = list(dict.fromkeys(r.model for r in rows))
     ratio = {(r.model, r.granularity): r.normalized for r in rows}
-    per_model = charts.grouped_bar_chart(
+    per_model = bar_charts.grouped_bar_chart(
         models,
         {f"G={g}": [ratio.get((m, g), 0.0) for m in models] for g in gs},
         title=f"Estimate / measured per model ({first})",

@@ -21,7 +21,7 @@ benchmark; without one they are skipped with a message. A rerun into the
 same folder replaces the files and the TensorBoard runs it writes.
 
 Example:
-    from dlbricks_tf import corpus
+    from dlbricks_tf.models import corpus
     result = run_analysis(
         {n: functools.partial(corpus.application, n) for n in names},
         "dlbricks_out/analysis",
@@ -43,8 +43,12 @@ import keras
 
 from dlbricks_tf import errors
 from dlbricks_tf.analyzing import analysis, analysis_files
+from dlbricks_tf.analyzing.analysis import AnalysisResult
 from dlbricks_tf.cutting.decompose import Decomposition, decompose
+from dlbricks_tf.machine.fingerprint import SystemFingerprint
+from dlbricks_tf.machine.settings import RunSettings
 from dlbricks_tf.stats import Timing
+from dlbricks_tf.storing.store import Store
 
 DEFAULT_TRADEOFF_GRANULARITIES = (1, 2, 3, 4, 5, 6)
 # The paper's corpus (50 MXNet models, Section 2.2): 10,815 layers, of which
@@ -56,37 +60,6 @@ _print = functools.partial(print, flush=True)
 
 class AnalysisError(errors.Error):
     """The analysis cannot run: no models, a bad model, a missing store."""
-
-
-@dataclasses.dataclass(frozen=True)
-class AnalysisResult:
-    """Everything `run_analysis` computed, and where it wrote it.
-
-    Attributes:
-        out_dir: The output folder.
-        granularity: G of the similarity and reuse figures.
-        repeatability: One entry per model, in input order (G=1).
-        corpus: Calls and unique calls across all models (G=1).
-        types: Calls by Keras class, one entry per model (G=1).
-        similarity: Jaccard matrix of unique-brick sets at G.
-        reuse: One entry per model at G.
-        tradeoff_rows: Per system, G and model: estimate vs measured.
-        tradeoff: Per system and G: geomean and speed-up.
-        tradeoff_note: Why the trade-off is missing or partial; "" if not.
-        files: The files written, relative to `out_dir`.
-    """
-
-    out_dir: str
-    granularity: int
-    repeatability: tuple[analysis.Repeatability, ...]
-    corpus: analysis.Repeatability
-    types: tuple[analysis.LayerTypes, ...]
-    similarity: analysis.Similarity
-    reuse: tuple[analysis.Reuse, ...]
-    tradeoff_rows: tuple[analysis.TradeoffRow, ...] = ()
-    tradeoff: tuple[analysis.TradeoffSummary, ...] = ()
-    tradeoff_note: str = ""
-    files: tuple[str, ...] = ()
 
 
 @dataclasses.dataclass(frozen=True)
@@ -244,9 +217,6 @@ def _read_store(
     store_path: str | os.PathLike, models: Sequence[str]
 ) -> tuple[list[_System], str]:
     """The systems with end-to-end timings of `models`, most complete first."""
-    from dlbricks_tf.fingerprint import SystemFingerprint
-    from dlbricks_tf.settings import RunSettings
-    from dlbricks_tf.store import Store
 
     if not os.path.isfile(store_path):
         raise AnalysisError(

@@ -13,12 +13,12 @@ import os
 from absl import app
 
 from dlbricks_tf.cli import outputs, shared_flags, startup
+from dlbricks_tf.models import corpus
 
 
 def analyze(sources, gs, safe_mode) -> None:
     """Writes the analysis files and prints where they are."""
     del safe_mode  # run_analysis reads model files in safe mode.
-    from dlbricks_tf import corpus
     from dlbricks_tf.analyzing import analyze as analyze_lib
 
     if shared_flags.FUSE.value:

@@ -16,7 +16,6 @@ import os
 
 from absl import app, flags
 
-from dlbricks_tf import probes
 from dlbricks_tf.cli import (
     exits,
     outputs,
@@ -25,6 +24,11 @@ from dlbricks_tf.cli import (
     startup,
     timing_flags,
 )
+from dlbricks_tf.cutting import suite
+from dlbricks_tf.machine.fingerprint import system_fingerprint
+from dlbricks_tf.models import probes
+from dlbricks_tf.portable import suite_check, suite_dir
+from dlbricks_tf.running import sharding
 
 SUITE_BRICKS = flags.DEFINE_enum(
     "suite_bricks",
@@ -52,7 +56,7 @@ NUM_SHARDS = flags.DEFINE_integer(
 PROBES = flags.DEFINE_bool(
     "probes",
     False,
-    "bench: time the bricks of the probe corpus (dlbricks_tf.probes: "
+    "bench: time the bricks of the probe corpus (dlbricks_tf.models.probes: "
     f"{probes.COUNT} small models of sampled layer configurations), "
     "which `estimate --predict` learns this machine's kernels from; "
     "with --models, theirs too.",
@@ -82,9 +86,7 @@ flags.register_multi_flags_validator(
 
 def bench(sources, gs, safe_mode) -> None:
     """Times what the store lacks of --models' bricks (or of --suite)."""
-    from dlbricks_tf import bench as bench_lib
-    from dlbricks_tf.cutting import suite
-    from dlbricks_tf.fingerprint import system_fingerprint
+    from dlbricks_tf.running import bench as bench_lib
 
     if shared_flags.SUITE.value:
         if PROBES.value:
@@ -148,9 +150,8 @@ def _onnx_brick(folder: str, batch_size: int, entry):
 
 def _bench_suite_dir(folder: str) -> None:
     """bench --suite: time an exported suite folder, no model needed."""
-    from dlbricks_tf import bench as bench_lib
-    from dlbricks_tf.fingerprint import system_fingerprint
-    from dlbricks_tf.portable import suite_bench, suite_check, suite_dir
+    from dlbricks_tf.portable import suite_bench
+    from dlbricks_tf.running import bench as bench_lib
 
     _, db, _ = outputs.paths()
     suite = suite_dir.load_suite(folder)  # Checks every file's hash.
@@ -198,7 +199,7 @@ def _time_suite(
     label, part, s, store, settings, fp, options, stop, build=None
 ) -> tuple[tuple[str, str], ...]:
     """Times what the store lacks of suite `s`; returns the failed bricks."""
-    from dlbricks_tf import bench as bench_lib
+    from dlbricks_tf.running import bench as bench_lib
 
     todo = store.missing(s.signatures, settings, fp)
     print(f"{label}: {part}; {len(todo)} to time", flush=True)
@@ -260,7 +261,7 @@ def fail_if_any_failed(failed) -> None:
 
 
 def _shard():
-    """This worker's shard of the suite (a `dlbricks_tf.sharding.Shard`).
+    """This worker's shard of the suite (a `running.sharding.Shard`).
 
     From --shard_index/--num_shards, else from the variables of the engine
     running the worker (Bazel, Slurm, a Kubernetes Indexed Job); printed
@@ -270,7 +271,6 @@ def _shard():
     Raises:
         ShardError: If the flags and variables do not fit together.
     """
-    from dlbricks_tf import sharding
 
     shard = sharding.resolve_shard(SHARD_INDEX.value, NUM_SHARDS.value)
     if shard.source != "default":

@@ -5,6 +5,7 @@ from __future__ import annotations
 from absl import flags
 
 from dlbricks_tf.cli import shared_flags, startup
+from dlbricks_tf.reporting import report
 
 LIST_BRICKS = flags.DEFINE_bool(
     "list_bricks", True, "decompose: list every brick, not only counts."
@@ -13,7 +14,6 @@ LIST_BRICKS = flags.DEFINE_bool(
 
 def decompose(sources, gs, safe_mode) -> None:
     """Prints the bricks (layers, classes, inputs, signature) per G."""
-    from dlbricks_tf.reporting import report
 
     startup.start_tensorflow()
     for g in gs:

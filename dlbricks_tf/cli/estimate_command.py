@@ -12,6 +12,11 @@ import dataclasses
 from absl import app, flags
 
 from dlbricks_tf.cli import outputs, shared_flags, startup, timing_flags
+from dlbricks_tf.machine import settings as settings_lib
+from dlbricks_tf.machine.fingerprint import system_fingerprint
+from dlbricks_tf.portable import recipe as recipe_lib
+from dlbricks_tf.reporting import estimates_board, report
+from dlbricks_tf.running import steps
 
 COVER = flags.DEFINE_bool(
     "cover",
@@ -33,8 +38,6 @@ PREDICT = flags.DEFINE_bool(
 
 def estimate(sources, gs, safe_mode) -> None:
     """Prints the estimates of --models (or of --recipe files)."""
-    from dlbricks_tf import job
-    from dlbricks_tf.fingerprint import system_fingerprint
 
     if shared_flags.RECIPE.value:
         if COVER.value or PREDICT.value:
@@ -66,15 +69,13 @@ def estimate(sources, gs, safe_mode) -> None:
                     sources, g, settings, fp, store, safe_mode
                 )
         else:
-            rows = job.estimate_plans(
+            rows = steps.estimate_plans(
                 plans, settings, fp, store, shared_flags.MODE.value
             )
     _print(rows)
     if COVER.value or PREDICT.value:
-        from dlbricks_tf.reporting import board
-
         outputs.make_dirs(logdir)
-        board.write_estimates(logdir, rows)
+        estimates_board.write_estimates(logdir, rows)
         print(f"\nTensorBoard: tensorboard --logdir {logdir}", flush=True)
 
 
@@ -82,7 +83,7 @@ def _estimate_beyond(sources, g, settings, fp, store, safe_mode) -> list:
     """estimate --cover/--predict: rows that say where each estimate is from."""
     from dlbricks_tf.estimating import beyond
 
-    return beyond.estimate_models(
+    return beyond.cover_and_predict(
         sources, g, settings, fp, store, shared_flags.MODE.value,
         cover=COVER.value, predict=PREDICT.value, safe_mode=safe_mode,
         fuse=shared_flags.FUSE.value, log=lambda line: print(line, flush=True),
@@ -91,10 +92,6 @@ def _estimate_beyond(sources, g, settings, fp, store, safe_mode) -> list:
 
 def _estimate_recipes(paths: list[str]) -> None:
     """estimate --recipe: models rebuilt from recipes and the store alone."""
-    from dlbricks_tf import job
-    from dlbricks_tf import settings as settings_lib
-    from dlbricks_tf.fingerprint import system_fingerprint
-    from dlbricks_tf.portable import recipe as recipe_lib
 
     if shared_flags.MODELS.value:
         raise app.UsageError("estimate takes --models or --recipe, not both.")
@@ -110,7 +107,7 @@ def _estimate_recipes(paths: list[str]) -> None:
         protocol=timing_flags.protocol(backend),
     )
     with outputs.open_store(db, must_exist=True) as store:
-        rows = job.estimate_plans(
+        rows = steps.estimate_plans(
             ((r.name, r) for r in recipes),
             settings,
             system_fingerprint(),
@@ -122,7 +119,6 @@ def _estimate_recipes(paths: list[str]) -> None:
 
 
 def _print(rows) -> None:
-    from dlbricks_tf.reporting import report
 
     print(report.format_estimates(rows))
     if noisy := report.format_noisy(rows):

@@ -13,6 +13,8 @@ import sys
 
 from absl import app
 
+from dlbricks_tf import errors
+
 _SMALLER = "use a smaller --batch_size, or fewer copies (--input_copies)."
 
 
@@ -77,7 +79,6 @@ def exit_on_errors():
 
     A bug (any other exception) keeps its traceback.
     """
-    from dlbricks_tf import errors
 
     try:
         yield

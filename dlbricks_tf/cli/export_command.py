@@ -13,6 +13,9 @@ import os
 from absl import app, flags, logging
 
 from dlbricks_tf.cli import outputs, progress, shared_flags, startup
+from dlbricks_tf.cutting import split as split_lib
+from dlbricks_tf.cutting import suite
+from dlbricks_tf.portable import recipe
 
 RECIPES = flags.DEFINE_string(
     "recipes",
@@ -24,10 +27,7 @@ RECIPES = flags.DEFINE_string(
 
 def export(sources, gs, safe_mode) -> None:
     """Exports the suite and the recipes, and prints what was written."""
-    from dlbricks_tf.cutting import split as split_lib
-    from dlbricks_tf.cutting import suite
     from dlbricks_tf.portable import export as export_lib
-    from dlbricks_tf.portable import recipe
 
     if len(gs) > 1:
         raise app.UsageError("export takes one --granularity.")

@@ -7,6 +7,8 @@ from __future__ import annotations
 
 from absl import flags
 
+from dlbricks_tf import limits
+
 MAX_FILE_MB = flags.DEFINE_integer(
     "max_file_mb",
     64,
@@ -44,7 +46,6 @@ MAX_BRICKS = flags.DEFINE_integer(
 
 def set_limits() -> None:
     """Puts the limits of the flags in force for this process."""
-    from dlbricks_tf import limits
 
     limits.set_limits(
         limits.Limits(

@@ -79,6 +79,9 @@ from dlbricks_tf.cli import (
     shared_flags,
     startup,
 )
+from dlbricks_tf.cutting import user_modules
+from dlbricks_tf.models import corpus
+from dlbricks_tf.running import job
 
 # Every command, in the order the usage lists them. `merge` takes the
 # paths given after it; every other command takes the models (sources),
@@ -137,8 +140,6 @@ def _refuse_unused_flags(command: str) -> None:
 
 
 def _main(argv: list[str]) -> None:
-    from dlbricks_tf import job
-    from dlbricks_tf.cutting import user_modules
 
     # Before any model is read: the modules register the user's layers.
     user_modules.import_modules(shared_flags.IMPORT.value)
@@ -167,8 +168,6 @@ def _main(argv: list[str]) -> None:
     # Names and files are checked before TensorFlow runs its first op.
     default = job.DEFAULT_MODELS
     if command == "analyze":  # It only decomposes: the whole corpus.
-        from dlbricks_tf import corpus
-
         default = list(corpus.APPLICATIONS)
     shapes = shared_flags.input_shapes()
     if shapes and command == "analyze":

@@ -9,20 +9,20 @@ from __future__ import annotations
 import os
 
 from dlbricks_tf.cli import outputs, progress, startup, timing_flags
+from dlbricks_tf.machine.fingerprint import system_fingerprint
+from dlbricks_tf.running import steps
 
 
 def measure(sources, gs, safe_mode) -> None:
     """Times every model end to end and prints a table of the timings."""
     del gs  # Whole models are not cut.
-    from dlbricks_tf import job
-    from dlbricks_tf.fingerprint import system_fingerprint
 
     out, db, _ = outputs.paths()
     settings = startup.start_backend()
     options, _ = timing_flags.options(settings.protocol)
     with outputs.open_store(db) as store:
         fp = system_fingerprint()
-        measured = job.measure_models(
+        measured = steps.measure_models(
             sources,
             settings,
             fp,

@@ -13,7 +13,7 @@ MODELS = flags.DEFINE_list(
     None,
     "Comma list of keras.applications names or .keras/.h5/.json model "
     "files. Without it, dlbricks commands take "
-    "dlbricks_tf.job.DEFAULT_MODELS (MobileNetV2, ResNet50, "
+    "dlbricks_tf.running.job.DEFAULT_MODELS (MobileNetV2, ResNet50, "
     "EfficientNetB0; analyze: the 40 keras.applications).",
 )
 GRANULARITY = flags.DEFINE_list(

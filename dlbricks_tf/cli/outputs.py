@@ -9,6 +9,7 @@ from __future__ import annotations
 import os
 
 from dlbricks_tf.cli import exits, shared_flags
+from dlbricks_tf.storing.store import Store
 
 
 def paths() -> tuple[str, str, str]:
@@ -46,7 +47,6 @@ def make_dirs(*paths: str) -> None:
 
 def open_store(db: str, must_exist: bool = False):
     """Opens the store at `db` (its folder made), or fails in one line."""
-    from dlbricks_tf.store import Store
 
     if must_exist and not os.path.isfile(db):
         raise exits.Fail(

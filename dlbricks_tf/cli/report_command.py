@@ -15,6 +15,9 @@ import os
 from absl import app, flags
 
 from dlbricks_tf.cli import exits, outputs, shared_flags, startup
+from dlbricks_tf.portable import recipe as recipe_lib
+from dlbricks_tf.reporting import compare, estimates_board
+from dlbricks_tf.reporting import report as report_lib
 
 COMPARE = flags.DEFINE_bool(
     "compare",
@@ -26,7 +29,6 @@ COMPARE = flags.DEFINE_bool(
 
 def report(sources, gs, safe_mode) -> None:
     """Prints report.json as tables, or the comparison of --compare."""
-    from dlbricks_tf.reporting import report as report_lib
 
     out, db, logdir = outputs.paths()
     if COMPARE.value:
@@ -53,7 +55,6 @@ def report(sources, gs, safe_mode) -> None:
 
 def _print_onednn_note(counts) -> None:
     """Says when the store holds results labelled by the old oneDNN rule."""
-    from dlbricks_tf.reporting import report as report_lib
 
     note = report_lib.format_onednn_note(counts)
     if note:
@@ -62,8 +63,6 @@ def _print_onednn_note(counts) -> None:
 
 def _compare(sources, gs, safe_mode, db, logdir) -> None:
     """report --compare: each model's estimate per machine and backend."""
-    from dlbricks_tf.portable import recipe as recipe_lib
-    from dlbricks_tf.reporting import board, compare
 
     recipes, models = shared_flags.RECIPE.value, shared_flags.MODELS.value
     if len(gs) > 1:
@@ -92,5 +91,5 @@ def _compare(sources, gs, safe_mode, db, logdir) -> None:
     print(compare.format_comparison(table))
     _print_onednn_note(counts)
     outputs.make_dirs(logdir)
-    board.write_comparison(logdir, table)
+    estimates_board.write_comparison(logdir, table)
     print(f"\nTensorBoard: tensorboard --logdir {logdir}", flush=True)

@@ -3,7 +3,7 @@
 Decomposes every model, times the unique bricks not yet stored and every
 model end to end in interleaved rounds, estimates, prints measured vs
 estimated latency, and writes the store, report.json and TensorBoard logs
-under --out (`dlbricks_tf.job.run_job`).
+under --out (`dlbricks_tf.running.job.run_job`).
 """
 
 from __future__ import annotations
@@ -21,6 +21,9 @@ from dlbricks_tf.cli import (
     startup,
     timing_flags,
 )
+from dlbricks_tf.machine.fingerprint import system_fingerprint
+from dlbricks_tf.reporting import board, report
+from dlbricks_tf.running import job
 
 RETIME = flags.DEFINE_bool(
     "retime", False, "Time every brick again, even those already stored."
@@ -35,9 +38,6 @@ GRAPHS = flags.DEFINE_integer(
 
 def run(sources, gs, safe_mode) -> None:
     """Runs the job at every G of `gs` and prints its tables."""
-    from dlbricks_tf import job
-    from dlbricks_tf.fingerprint import system_fingerprint
-    from dlbricks_tf.reporting import board, report
 
     out, db, logdir = outputs.paths()
     outputs.make_dirs(out, logdir)

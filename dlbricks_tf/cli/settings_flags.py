@@ -1,6 +1,6 @@
 """Flags of the run settings: batch size and thread pools.
 
-`dlbricks_tf.settings.RunSettings` takes them (`startup` puts the thread
+`dlbricks_tf.machine.settings.RunSettings` takes them (`startup` puts the thread
 pools in force). Apart from `shared_flags` so that the benchmark scripts
 can take these without the command line's other flags.
 """

@@ -16,6 +16,9 @@ import tempfile
 from absl import logging
 
 from dlbricks_tf.cli import shared_flags, timing_flags
+from dlbricks_tf.machine import process as process_lib
+from dlbricks_tf.machine import settings as settings_lib
+from dlbricks_tf.measuring import ort_session
 
 
 def quiet() -> bool:
@@ -58,15 +61,13 @@ def start_tensorflow():
     with native_logs_hidden(hidden):
         import tensorflow as tf
 
-        from dlbricks_tf import settings as settings_lib
-
         settings = settings_lib.RunSettings.default(
             shared_flags.BATCH.value,
             intra_op_threads=shared_flags.INTRA.value,
             inter_op_threads=shared_flags.INTER.value,
             protocol=timing_flags.protocol("tf"),
         )
-        settings_lib.configure_threads(
+        process_lib.configure_threads(
             settings.intra_op_threads, settings.inter_op_threads
         )
         tf.constant(0.0).numpy()  # Initialises the runtime (and its logs).
@@ -88,9 +89,8 @@ def start_backend():
     backend = shared_flags.BACKEND.value
     if backend == settings.backend:
         return settings
-    from dlbricks_tf.measuring import ort_timing
 
-    ort_timing.require_onnxruntime()
+    ort_session.require_onnxruntime()
     return dataclasses.replace(
         settings, backend=backend, protocol=timing_flags.protocol(backend)
     )

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 from absl import flags
 
+from dlbricks_tf.measuring import reference, sampling
+
 PRECISION = flags.DEFINE_float(
     "precision",
     0.02,
@@ -136,7 +138,6 @@ def options(protocol: str | None = None):
         protocol: How bricks are timed, "chain" or "loop" (None: --protocol;
             ONNX Runtime always times them in loops).
     """
-    from dlbricks_tf.measuring import sampling
 
     return sampling.model_and_brick_options(
         protocol or PROTOCOL.value,
@@ -160,7 +161,6 @@ def reference_scale(store, settings, fingerprint):
     """The reference scale of --reference (None without it)."""
     if not REFERENCE.value:
         return None
-    from dlbricks_tf.measuring import reference
 
     return reference.ReferenceScale.for_store(
         reference.Reference(), store, settings, fingerprint

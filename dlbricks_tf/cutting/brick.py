@@ -97,8 +97,8 @@ class Brick:
                 called instead of fresh ones wherever one has the call's
                 class and config. That skips creating and initialising the
                 weights, half of what a build costs (timing a model and
-                its bricks in one process, see `dlbricks_tf.job`). Not with
-                `anonymous`.
+                its bricks in one process, see
+                `dlbricks_tf.running.job`). Not with `anonymous`.
 
         Returns:
             A model taking one tensor (or a list, for several inputs) and

@@ -14,10 +14,34 @@ Example:
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Mapping
-from typing import Any, Protocol
+from collections.abc import Iterable, Mapping
+from typing import Any, Protocol, TypeVar
 
-from dlbricks_tf.sharding import shard_of
+
+class _Entry(Protocol):
+    signature: str
+
+
+_E = TypeVar("_E", bound=_Entry)
+
+
+def shard_of(entries: Iterable[_E], index: int, count: int) -> tuple[_E, ...]:
+    """The entries of shard `index` of `count`, round robin by signature.
+
+    Entries are sorted by signature and every `count`-th is taken from
+    `index`: shards are disjoint, cover the entries and depend only on the
+    signatures, so every worker computes the same split, whether it was
+    given the models or the suite folder exported from them.
+
+    Raises:
+        ValueError: If not 0 <= index < count.
+    """
+    if count < 1 or not 0 <= index < count:
+        raise ValueError(
+            f"Need 0 <= index < count. Received: index={index}, count={count}"
+        )
+    ordered = sorted(entries, key=lambda e: e.signature)
+    return tuple(ordered[index::count])
 
 
 class _Brick(Protocol):
@@ -83,7 +107,7 @@ class Suite:
 
         Shards are disjoint, cover the suite and depend only on the
         signatures, so every worker computes the same split (see
-        `dlbricks_tf.sharding.shard_of`).
+        `shard_of`).
 
         Raises:
             ValueError: If not 0 <= index < count.

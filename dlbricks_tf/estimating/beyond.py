@@ -1,6 +1,6 @@
 """Estimates beyond the timed bricks: covered and predicted, as report rows.
 
-`estimate_models` is what `dlbricks estimate --cover` and `--predict` run.
+`cover_and_predict` is what `dlbricks estimate --cover` and `--predict` run.
 Each row says how its estimate was obtained (`method`):
 
 * "timed": the model cut at G, every brick timed (what `estimate` always
@@ -17,23 +17,24 @@ Each row says how its estimate was obtained (`method`):
 Without `predict`, a brick the store lacks is an error, as it always was.
 
 Example:
-    rows = estimate_models(sources, 3, settings, fp, store, cover=True)
+    rows = cover_and_predict(sources, 3, settings, fp, store, cover=True)
     rows[0]["method"], rows[0]["sources"]
 """
 
 from __future__ import annotations
 
-import shutil
 from collections.abc import Mapping, Sequence
-from pathlib import Path
 from typing import Any
 
-from dlbricks_tf import corpus
 from dlbricks_tf.cutting import split
 from dlbricks_tf.cutting.decompose import Cutter, from_runs, model_graph
 from dlbricks_tf.estimating import cover as cover_lib
 from dlbricks_tf.estimating import estimate as estimate_lib
 from dlbricks_tf.estimating import predict as predict_lib
+from dlbricks_tf.estimating import saved_predictor
+from dlbricks_tf.estimating.rows import estimate_row
+from dlbricks_tf.models import corpus, probes, sources
+from dlbricks_tf.storing.database import StoreError
 
 # The predictor's method (`predict.METHODS`).
 METHOD = "kinds"
@@ -161,11 +162,10 @@ def row(
 ) -> dict[str, Any]:
     """A row of the `estimate` command (`report.format_estimates`).
 
-    The keys of `job.estimate_models`' rows, plus `method`, `sources`
+    The keys of `steps.estimate_models`' rows, plus `method`, `sources`
     ({label: share of the estimate}), `predicted_bricks` (unique) and
     `predicted_share`.
     """
-    from dlbricks_tf.estimating.rows import estimate_row
 
     return {
         **estimate_row(est.model, granularity, est, measured),
@@ -176,7 +176,7 @@ def row(
     }
 
 
-def estimate_models(
+def cover_and_predict(
     sources: Sequence[Any],
     granularity: int,
     settings: Any,
@@ -274,8 +274,6 @@ def timed_applications(
     Returns:
         `sources.ModelSource`s, none if the store timed no application.
     """
-    from dlbricks_tf import sources
-
     timed = {
         r["model"]
         for r in store.rows("model")
@@ -302,15 +300,14 @@ def kept_predictor(
 ) -> predict_lib.Predictor:
     """The store's predictor for these settings and this machine.
 
-    It learns from the stored bricks of `training` (the models the store
-    timed end to end) and of the probe corpus (`dlbricks_tf.probes`, timed
-    by `dlbricks bench --probes`); from those of `graphs`, the models to
-    estimate, only when `training` is empty, so that estimating a new
-    model reuses the predictor fitted for the last one. It is read back from
-    the store when it was fitted from exactly what the store now holds
-    (`saved_predictor.fit_key`: the models learnt from, G, every stored
-    brick and its median), else fitted (`train`) and kept in the store for
-    the next call.
+    It learns from the stored bricks of `training` (the models the store timed
+    end to end) and of the probe corpus (`dlbricks_tf.models.probes`, timed by
+    `dlbricks bench --probes`); from those of `graphs`, the models to estimate,
+    only when `training` is empty, so that estimating a new model reuses the
+    predictor fitted for the last one. It is read back from the store when it
+    was fitted from exactly what the store now holds (`saved_predictor.fit_key`:
+    the models learnt from, G, every stored brick and its median), else fitted
+    (`train`) and kept in the store for the next call.
 
     Args:
         store, settings, fingerprint: Whose bricks, and where it is kept.
@@ -326,9 +323,6 @@ def kept_predictor(
     Raises:
         PredictorError: Too few stored bricks to learn from.
     """
-    from dlbricks_tf import probes
-    from dlbricks_tf.estimating import saved_predictor
-    from dlbricks_tf.store import StoreError
 
     learnt = {s.name: s for s in training}
     if not learnt:  # No model timed end to end: learn from those given.
@@ -388,57 +382,3 @@ def _renamed(est: estimate_lib.Estimate, name: str) -> estimate_lib.Estimate:
     import dataclasses
 
     return dataclasses.replace(est, model=name)
-
-
-def copy_store(path: str | Path, folder: str | Path) -> Path:
-    """Copies a store file, with its -wal and -shm if any, into `folder`.
-
-    A store another process may still be writing is read from a copy: its
-    last transactions may be in the -wal file, and opening the original
-    would fold them into it.
-
-    Returns:
-        The path of the copy.
-    """
-    path = Path(path)
-    folder = Path(folder)
-    folder.mkdir(parents=True, exist_ok=True)
-    target = folder / path.name
-    for suffix in ("", "-wal", "-shm"):
-        part = Path(f"{path}{suffix}")
-        if part.is_file():
-            shutil.copyfile(part, f"{target}{suffix}")
-    return target
-
-
-def stored_pairs(store: Any) -> list[tuple[Any, Any]]:
-    """The (settings, fingerprint) pairs of the store's model timings.
-
-    In the order first met; estimate against these to compare with the
-    models timed end to end.
-    """
-    from dlbricks_tf.fingerprint import SystemFingerprint
-    from dlbricks_tf.settings import RunSettings
-
-    pairs: dict[tuple[str, str], tuple[Any, Any]] = {}
-    for r in store.rows("model"):
-        settings = RunSettings.from_dict(r["settings"])
-        fp = SystemFingerprint.from_dict(r["fingerprint"])
-        pairs.setdefault((settings.key(), fp.id), (settings, fp))
-    return list(pairs.values())
-
-
-def first_pair_timings(store: Any) -> tuple[Any, Any, dict, dict]:
-    """(settings, fingerprint, brick results, model results) of the first
-    pair of `stored_pairs`, the pair the evaluations estimate against.
-
-    Prints a line if the store holds several pairs.
-    """
-    (settings, fp), *others = stored_pairs(store)
-    if others:
-        print(f"(several settings stored; using {settings.key()})")
-    measured = {
-        r["model"]: store.get_model(r["model"], settings, fp)
-        for r in store.rows("model")
-    }
-    return settings, fp, store.results(settings, fp), measured

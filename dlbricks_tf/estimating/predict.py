@@ -19,7 +19,7 @@ Methods (`METHODS`):
   largest ones, not at their latency.
 * "kinds" (the default): "efficiency" fitted once per kind of brick
   (the kind of its costliest call, grouped convolutions a kind of their
-  own) that has at least `MIN_KIND_BRICKS` bricks, and once over all
+  own) that has at least `regressors.MIN_KIND_BRICKS` bricks, and once over all
   bricks for the others. One model over all kinds is fitted mostly to
   the kinds that are common (elementwise, normalization and activation
   bricks are most bricks of most models), and prices a kind of few
@@ -73,18 +73,12 @@ from typing import Any
 
 from dlbricks_tf import errors
 from dlbricks_tf.cutting.decompose import Cutter
-from dlbricks_tf.estimating import cost as cost_lib
 from dlbricks_tf.estimating import cover as cover_lib
-from dlbricks_tf.estimating import features
+from dlbricks_tf.estimating import features, regressors
+from dlbricks_tf.estimating.regressors import MIN_MS
 from dlbricks_tf.stats import Timing
 
 METHODS = ("kinds", "efficiency", "trees", "hybrid", "roofline")
-# "kinds": a kind with fewer bricks than this is priced by the model of
-# all kinds.
-MIN_KIND_BRICKS = 20
-# Medians below this (a weightless brick after the link cost is taken
-# away) are learnt as this: the harness resolves no less.
-MIN_MS = 1e-3
 # The interval of a predicted brick: these quantiles of the out-of-fold
 # log ratios.
 QUANTILES = (0.025, 0.975)
@@ -253,7 +247,7 @@ class Predictor:
             folds = min(folds, len(set(groups)))
         out_of_fold = np.empty_like(y)
         for train, test in _folds(len(data), groups, folds, grouped, seed):
-            model = _model(method, seed)
+            model = regressors.make(method, seed)
             model.fit(x[train], y[train])
             out_of_fold[test] = model.predict(x[test])
         residual = y - out_of_fold
@@ -278,7 +272,7 @@ class Predictor:
             model_low=float(model_low) if grouped else float(low),
             model_high=float(model_high) if grouped else float(high),
         )
-        model = _model(method, seed)
+        model = regressors.make(method, seed)
         model.fit(x, y)
         return cls(model, method, cv)
 
@@ -325,169 +319,6 @@ class Predictor:
             s: self.timing(ms)
             for s, ms in zip(unique, self.predict_ms(rows), strict=True)
         }
-
-
-# The roofline's terms: matrix, stencil and vector FLOPs, the bytes moved,
-# the calls, and a constant per brick. (One coefficient per layer kind
-# over-fits: a kind seen in one family only, small, is priced by it.)
-_ROOFLINE = ("matrix_flops", "stencil_flops", "vector_flops", "bytes", "calls")
-
-
-class _Roofline:
-    """ms = a FLOPs_matrix + b FLOPs_stencil + c FLOPs_vector + d bytes
-    + e calls + f, all coefficients >= 0.
-
-    Fitted by non-negative least squares on relative errors (each row
-    divided by its latency), so small bricks weigh as much as large ones.
-    Linear in FLOPs and bytes, it extrapolates to bricks larger than any
-    it learnt from, which trees cannot.
-    """
-
-    def fit(self, x: Any, y: Any) -> _Roofline:
-        import numpy as np
-        from scipy.optimize import nnls
-
-        ms = np.exp(y)
-        a = self._terms(x) / ms[:, None]
-        scale = np.maximum(a.max(axis=0), 1e-30)
-        coef, _ = nnls(a / scale, np.ones(len(ms)), maxiter=50 * a.shape[1])
-        self.coef_ = coef / scale
-        return self
-
-    def predict(self, x: Any) -> Any:
-        import numpy as np
-
-        ms = self._terms(x) @ self.coef_
-        return np.log(np.maximum(ms, MIN_MS))
-
-    @staticmethod
-    def _terms(x: Any) -> Any:
-        import numpy as np
-
-        names = features.feature_names()
-        columns = [names.index(n) for n in _ROOFLINE]
-        return np.hstack([x[:, columns], np.ones((len(x), 1))])
-
-
-class _Hybrid:
-    """The roofline, times trees fitted to its log residual."""
-
-    def __init__(self, seed: int) -> None:
-        self._roofline = _Roofline()
-        self._trees = _trees(seed)
-
-    def fit(self, x: Any, y: Any) -> _Hybrid:
-        self._roofline.fit(x, y)
-        self._trees.fit(x, y - self._roofline.predict(x))
-        return self
-
-    def predict(self, x: Any) -> Any:
-        return self._roofline.predict(x) + self._trees.predict(x)
-
-
-class _Efficiency:
-    """`cost.cost_ms`, times trees fitted to the log ratio median / cost."""
-
-    def __init__(self, seed: int) -> None:
-        self._trees = _trees(seed)
-
-    def fit(self, x: Any, y: Any) -> _Efficiency:
-        self._trees.fit(x, y - self._log_cost(x))
-        return self
-
-    def predict(self, x: Any) -> Any:
-        return self._log_cost(x) + self._trees.predict(x)
-
-    @staticmethod
-    def _log_cost(x: Any) -> Any:
-        import numpy as np
-
-        names = features.feature_names()
-        terms = [x[:, names.index(n)] for n in _COST]
-        cost = [cost_lib.cost_ms(*row) for row in zip(*terms, strict=True)]
-        return np.log(np.maximum(cost, MIN_MS))
-
-
-# The terms of `cost.cost_ms`, in its order.
-_COST = ("calls", "matrix_flops", "stencil_flops", "vector_flops", "bytes")
-
-
-def _trees(seed: int) -> Any:
-    from sklearn.ensemble import HistGradientBoostingRegressor
-
-    return HistGradientBoostingRegressor(
-        max_iter=400,
-        learning_rate=0.05,
-        min_samples_leaf=5,
-        l2_regularization=1.0,
-        random_state=seed,
-    )
-
-
-class _Kinds:
-    """One `_Efficiency` per kind of brick (`brick_kinds`) with enough
-    bricks, and one over all bricks for the kinds with fewer."""
-
-    def __init__(self, seed: int) -> None:
-        self._seed = seed
-        self.all = _Efficiency(seed)
-        self.kinds: dict[str, Any] = {}
-
-    def fit(self, x: Any, y: Any) -> _Kinds:
-        import numpy as np
-
-        self.all.fit(x, y)
-        kinds = np.array(brick_kinds(x))
-        for k in sorted(set(kinds)):
-            rows = kinds == k
-            if rows.sum() >= MIN_KIND_BRICKS:
-                self.kinds[k] = _Efficiency(self._seed).fit(x[rows], y[rows])
-        return self
-
-    def predict(self, x: Any) -> Any:
-        import numpy as np
-
-        out = self.all.predict(x)
-        kinds = np.array(brick_kinds(x))
-        for k, model in self.kinds.items():
-            rows = kinds == k
-            if rows.any():
-                out[rows] = model.predict(x[rows])
-        return out
-
-
-def brick_kinds(x: Any) -> list[str]:
-    """The kind of each brick (rows of `features.vector`): "grouped" if it
-    holds a grouped convolution, else the kind of layer (`features.KINDS`)
-    with the most FLOPs among its calls, the first listed on a tie."""
-    names = features.feature_names()
-    grouped = names.index("grouped_calls")
-    columns = [
-        (k, names.index(f"{k}_calls"), names.index(f"{k}_flops"))
-        for k in features.KIND_NAMES
-    ]
-    out = []
-    for row in x:
-        if row[grouped] > 0:
-            out.append("grouped")
-            continue
-        present = [
-            (row[f], -i, k) for i, (k, c, f) in enumerate(columns) if row[c] > 0
-        ]
-        out.append(max(present)[2] if present else "other")
-    return out
-
-
-def _model(method: str, seed: int) -> Any:
-    if method == "kinds":
-        return _Kinds(seed)
-    if method == "roofline":
-        return _Roofline()
-    if method == "trees":
-        return _trees(seed)
-    if method == "efficiency":
-        return _Efficiency(seed)
-    return _Hybrid(seed)
 
 
 def _folds(

@@ -4,8 +4,8 @@
 sequential and parallel), `corpus_row` the row of the corpus at one G (the
 figures over its models), and `estimate_row` a row of the `estimate`
 command, which `dlbricks_tf.estimating.beyond` extends with where a
-covered or predicted estimate came from. `dlbricks_tf.job` builds them as
-it runs; scripts that time models their own way build the same rows.
+covered or predicted estimate came from. `dlbricks_tf.running.job` builds
+them as it runs; scripts that time models their own way build the same rows.
 """
 
 from __future__ import annotations

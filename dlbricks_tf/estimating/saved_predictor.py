@@ -29,7 +29,7 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from dlbricks_tf import errors
-from dlbricks_tf.estimating import features
+from dlbricks_tf.estimating import features, regressors
 from dlbricks_tf.estimating import predict as predict_lib
 
 # Bumped when the saved form, the features or a method's formula changes:
@@ -199,12 +199,12 @@ def _model(
     import numpy as np
 
     def efficiency(trees: Forest) -> Any:
-        model = predict_lib._Efficiency(0)
+        model = regressors.Efficiency(0)
         model._trees = trees
         return model
 
     if method == "roofline":
-        model = predict_lib._Roofline()
+        model = regressors.Roofline()
         model.coef_ = np.asarray(coef)
         return model
     if method == "trees":
@@ -212,11 +212,11 @@ def _model(
     if method == "efficiency":
         return efficiency(forest)
     if method == "kinds":
-        model = predict_lib._Kinds(0)
+        model = regressors.Kinds(0)
         model.all = efficiency(forest)
         model.kinds = {k: efficiency(f) for k, f in kinds.items()}
         return model
-    model = predict_lib._Hybrid(0)
+    model = regressors.Hybrid(0)
     model._roofline.coef_ = np.asarray(coef)
     model._trees = forest
     return model

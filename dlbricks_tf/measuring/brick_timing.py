@@ -11,8 +11,9 @@ whatever the backend and protocol:
   (`dlbricks_tf.measuring.timing.Timer`), in interleaved rounds
   (`dlbricks_tf.measuring.rounds.time_in_rounds`);
 - ONNX Runtime: one session per brick (`ort_timing.OrtTimer`), in the same
-  rounds. A brick's `build` then returns an `OnnxFile` (see `onnx_file`,
-  which converts a Keras brick once and keeps the file per signature).
+  rounds. A brick's `build` then returns an `OnnxFile` (see
+  `dlbricks_tf.measuring.onnx_files`, which converts a Keras brick once
+  and keeps the file per signature).
 
 It owns what used to be written once per caller: the brick counts that
 set a chain's precision (`model_weights`), committing each result to the
@@ -43,31 +44,24 @@ from pathlib import Path
 from typing import Any
 
 from dlbricks_tf import errors
-from dlbricks_tf import settings as settings_lib
-from dlbricks_tf.measuring import campaign, rounds, sampling
+from dlbricks_tf.machine import process as process_lib
+from dlbricks_tf.machine import settings as settings_lib
+from dlbricks_tf.measuring import (
+    campaign,
+    onnx_files,
+    ort_timing,
+    rounds,
+    sampling,
+    timing,
+)
+from dlbricks_tf.measuring.onnx_files import OnnxFile
 from dlbricks_tf.stats import Timing
-from dlbricks_tf.store import StoreError
+from dlbricks_tf.storing.database import StoreError
 
 # Longest failure reason kept (ONNX Runtime's messages can run long).
 _MAX_REASON = 500
 # Errors that are no brick's fault: they end the campaign, never a brick.
-_NOT_A_BRICK_FAULT = (StoreError, settings_lib.ThreadPoolError)
-
-
-@dataclasses.dataclass(frozen=True)
-class OnnxFile:
-    """A brick or model as an ONNX file, what ONNX Runtime times.
-
-    Attributes:
-        path: The `.onnx` file.
-        id_bounds: Exclusive id bound per input (None: none).
-        input_specs: (shape without batch, dtype) per input, or None to
-            read them from the file.
-    """
-
-    path: str
-    id_bounds: tuple[int | None, ...] | None = None
-    input_specs: tuple[tuple[tuple[int, ...], str], ...] | None = None
+_NOT_A_BRICK_FAULT = (StoreError, process_lib.ThreadPoolError)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -359,8 +353,6 @@ def _backend_timer(
 ):
     """`Timer` or `OrtTimer`, as `model_timer` says."""
     if settings.backend == "onnxruntime":
-        from dlbricks_tf.measuring import ort_timing
-
         if not isinstance(runnable, OnnxFile):
             raise sampling.MeasurementError(
                 "ONNX Runtime times ONNX files; convert the Keras model "
@@ -373,7 +365,6 @@ def _backend_timer(
             input_specs=runnable.input_specs,
             id_bounds=runnable.id_bounds or id_bounds,
         )
-    from dlbricks_tf.measuring import timing
 
     if isinstance(runnable, OnnxFile):
         raise sampling.MeasurementError(
@@ -390,58 +381,6 @@ def _backend_timer(
     )
 
 
-def onnx_file(
-    build: Callable[[int | None], Any],
-    folder: str | Path,
-    stem: str,
-    batch_size: int,
-    *,
-    reuse: bool = True,
-) -> OnnxFile:
-    """A Keras model as an ONNX file in `folder`, converted once.
-
-    A dynamic batch is tried first, then the batch size timed (some bricks
-    only build with a fixed one). The id bounds are written beside the
-    file last (`ort_timing.convert_for_ort`): a file without them is
-    converted again. Bricks are named by signature, so their files serve
-    every later run and shard with the same folder.
-
-    Args:
-        build: build(batch) -> the Keras model (batch None: dynamic).
-        folder: Where the files are kept.
-        stem: The file name without suffix.
-        batch_size: The batch size timed.
-        reuse: Use a file already converted (False: convert again).
-
-    Raises:
-        dlbricks_tf.Error: If neither conversion works.
-    """
-    from dlbricks_tf.measuring import ort_timing
-
-    folder = Path(folder)
-    names = ((None, stem), (batch_size, f"{stem}-b{batch_size}"))
-    if reuse:
-        for _, name in names:
-            path = folder / f"{name}.onnx"
-            bounds = ort_timing.load_id_bounds(path)
-            if bounds is not None and path.is_file():
-                return OnnxFile(str(path), tuple(bounds))
-    failure: BaseException | None = None
-    for batch, name in names:
-        try:
-            path, bounds = ort_timing.convert_for_ort(
-                build(batch), folder, name, batch_size=batch
-            )
-            return OnnxFile(str(path), tuple(bounds))
-        except Exception as e:  # Keras and tf2onnx raise many types.
-            failure = e
-    if isinstance(failure, errors.Error):
-        raise failure
-    raise errors.Error(
-        f"Cannot convert {stem} to ONNX: {type(failure).__name__}: {failure}"
-    ) from failure
-
-
 def brick_onnx_file(
     build: Callable[[int | None], Any],
     folder: str | Path,
@@ -449,7 +388,7 @@ def brick_onnx_file(
     batch_size: int,
 ) -> OnnxFile:
     """A brick's ONNX file, kept by signature for every later run and shard."""
-    return onnx_file(build, folder, f"brick-{signature}", batch_size)
+    return onnx_files.onnx_file(build, folder, f"brick-{signature}", batch_size)
 
 
 def model_onnx_file(
@@ -458,7 +397,9 @@ def model_onnx_file(
     """A whole model's ONNX file, converted afresh: a model file may change
     under the same name."""
     stem = "model-" + re.sub(r"[^A-Za-z0-9_.-]+", "_", name)
-    return onnx_file(lambda batch: model, folder, stem, batch_size, reuse=False)
+    return onnx_files.onnx_file(
+        lambda batch: model, folder, stem, batch_size, reuse=False
+    )
 
 
 class _Measured:

@@ -15,7 +15,7 @@ every brick of it is handed to `on_result` (to be committed),
 flagged noisy only if it keeps some model from its target. A campaign
 killed mid-chain loses that chain's samples, nothing committed before.
 
-`between` is called once per round: `dlbricks_tf.job` samples the whole
+`between` is called once per round: `dlbricks_tf.running.job` samples the whole
 model there, so bricks and model are measured over the same stretch of
 time. Chains timed one after another (as before groups) put the model's
 own samples, which it takes densely until it is precise, beside its first
@@ -43,7 +43,7 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from dlbricks_tf import settings as settings_lib
+from dlbricks_tf.machine import settings as settings_lib
 from dlbricks_tf.measuring import memory, precision
 from dlbricks_tf.measuring.timing import TimingOptions
 from dlbricks_tf.stats import Timing

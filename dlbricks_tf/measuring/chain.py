@@ -47,9 +47,9 @@ import keras
 import numpy as np
 import tensorflow as tf
 
-from dlbricks_tf import settings as settings_lib
 from dlbricks_tf import stats
 from dlbricks_tf.cutting import synthetic
+from dlbricks_tf.machine import settings as settings_lib
 from dlbricks_tf.measuring.timing import MeasurementError
 from dlbricks_tf.measuring.timing_loop import pack_inputs
 

@@ -42,9 +42,10 @@ import keras
 import numpy as np
 import tensorflow as tf
 
-from dlbricks_tf import settings as settings_lib
 from dlbricks_tf import stats
 from dlbricks_tf.cutting import synthetic
+from dlbricks_tf.machine import process as process_lib
+from dlbricks_tf.machine import settings as settings_lib
 from dlbricks_tf.measuring import memory, timing_loop
 
 # The sampling protocol, shared with ONNX Runtime timing (no TensorFlow
@@ -142,7 +143,7 @@ class Timer(AdaptiveSampling):
             )
         if check_settings:
             settings_lib.check_threads(settings)
-            if settings.onednn != settings_lib.onednn_in_effect():
+            if settings.onednn != process_lib.onednn_in_effect():
                 raise MeasurementError(
                     f"settings.onednn={settings.onednn} but this process runs "
                     f"with oneDNN {'on' if not settings.onednn else 'off'}; "
@@ -315,7 +316,7 @@ def time_model(
             dimension, taken from `settings.batch_size`), or open ones
             that `input_shapes` gives.
         settings: Run settings already in force in this process (see
-            `dlbricks_tf.settings.configure_threads`).
+            `dlbricks_tf.machine.settings.configure_threads`).
         options: Sampling options; defaults to `TimingOptions()`.
         check_settings: Verify `settings` against the process first.
         id_bounds: Exclusive id bound per flat input, overriding those

@@ -33,8 +33,8 @@ from collections.abc import Sequence
 import keras
 import tensorflow as tf
 
-from dlbricks_tf import settings as settings_lib
 from dlbricks_tf import stats
+from dlbricks_tf.machine import settings as settings_lib
 
 
 def pack_inputs(model: keras.Model, flat: list[tf.Tensor]):

@@ -30,9 +30,9 @@ import os
 from collections.abc import Callable
 from typing import Any
 
-from dlbricks_tf import settings as settings_lib
-from dlbricks_tf.measuring import brick_timing, memory, sampling
-from dlbricks_tf.portable import suite_check, suite_dir
+from dlbricks_tf.machine import settings as settings_lib
+from dlbricks_tf.measuring import brick_timing, memory, onnx_files, sampling
+from dlbricks_tf.portable import suite_bricks, suite_check, suite_dir
 from dlbricks_tf.stats import Timing
 
 
@@ -111,7 +111,7 @@ def builder(
 
     Returns:
         build(entry): a runnable `keras.Model` on TF, a
-        `brick_timing.OnnxFile` on ONNX Runtime.
+        `onnx_files.OnnxFile` on ONNX Runtime.
 
     Raises:
         ValueError: For an unknown `source`.
@@ -132,15 +132,15 @@ def builder(
         if settings.backend == "onnxruntime":
             return _onnx_file(entry, settings)
         if source == "keras":
-            return suite_dir.load_keras_brick(entry, settings.batch_size)
-        return suite_dir.load_saved_model(entry, settings.batch_size)
+            return suite_bricks.load_keras_brick(entry, settings.batch_size)
+        return suite_bricks.load_saved_model(entry, settings.batch_size)
 
     return build
 
 
 def _onnx_file(
     entry: suite_dir.SuiteDirEntry, settings: settings_lib.RunSettings
-) -> brick_timing.OnnxFile:
+) -> onnx_files.OnnxFile:
     """The ONNX file of a suite brick, checked to fit in memory."""
     if entry.onnx is None:
         why = entry.onnx_error or "tf2onnx could not convert it"
@@ -156,7 +156,7 @@ def _onnx_file(
         [(i.shape, i.dtype) for i in entry.inputs],
         [(o.shape, o.dtype) for o in entry.outputs],
     )
-    return brick_timing.OnnxFile(
+    return onnx_files.OnnxFile(
         entry.onnx,
         tuple(entry.id_bounds) if entry.id_bounds is not None else None,
         tuple((tuple(i.shape[1:]), i.dtype) for i in entry.inputs),

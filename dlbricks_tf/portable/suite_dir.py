@@ -5,16 +5,16 @@ and that every file it lists is there with the SHA-256 digest it records;
 anything wrong is a `SuiteError` of one line that names the brick, the file
 and what to do. The result is typed (`SuiteDir`, `SuiteDirEntry`) and can be
 cut into the same shards as the `Suite` it was exported from.
-`load_saved_model` turns a brick's SavedModel into a `keras.Model` (through
-`keras.layers.TFSMLayer`) that the timing harness can time.
+`dlbricks_tf.portable.suite_bricks` turns a brick's files into a
+`keras.Model` that the timing harness can time.
 
-This module imports TensorFlow only in `load_saved_model`: a manifest can
-be read and checked without it.
+This module imports no TensorFlow: a manifest can be read and checked
+without it.
 
 Example:
     suite = load_suite("out/suite")
     for entry in suite.shard(0, 4).entries:
-        model = load_saved_model(entry, batch_size=1)
+        print(entry.signature, entry.saved_model)
 """
 
 from __future__ import annotations
@@ -29,7 +29,7 @@ from typing import Any
 
 from dlbricks_tf import errors, json_files, limits
 from dlbricks_tf.cutting.split import SPLITS
-from dlbricks_tf.sharding import shard_of
+from dlbricks_tf.cutting.suite import shard_of
 
 FORMAT = "dlbricks-suite"
 FORMAT_VERSION = 1
@@ -44,7 +44,7 @@ FILES = {
 # The file of a SavedModel whose digest the manifest records.
 SAVED_MODEL_PB = "saved_model.pb"
 _SIGNATURE = re.compile(r"^[A-Za-z0-9_-]+$")
-_AGAIN = "re-export the suite with `dlbricks export`."
+AGAIN = "re-export the suite with `dlbricks export`."
 
 
 class SuiteError(errors.Error):
@@ -57,7 +57,7 @@ _HEADER = json_files.Header(
     SuiteError,
     kind="manifest",
     instead="point to a folder written by `dlbricks export`",
-    again=_AGAIN,
+    again=AGAIN,
 )
 
 
@@ -228,14 +228,14 @@ def load_suite(folder: str | os.PathLike, *, verify: bool = True) -> SuiteDir:
     except FileNotFoundError:
         raise SuiteError(
             f"Suite folder {str(root)!r} has no {MANIFEST}: it is not a "
-            f"suite, or its export did not finish; {_AGAIN}"
+            f"suite, or its export did not finish; {AGAIN}"
         ) from None
     except OSError as e:
-        raise SuiteError(f"Cannot read {str(path)!r}: {e}; {_AGAIN}") from e
+        raise SuiteError(f"Cannot read {str(path)!r}: {e}; {AGAIN}") from e
     manifest = _HEADER.parse(text, what, repr(str(path)))
     bricks = manifest.get("bricks")
     if not isinstance(bricks, list):
-        raise SuiteError(f"{str(path)!r} has no 'bricks' list; {_AGAIN}")
+        raise SuiteError(f"{str(path)!r} has no 'bricks' list; {AGAIN}")
     limits.check_count("bricks", len(bricks), what, SuiteError)
     entries = []
     seen: set[str] = set()
@@ -243,7 +243,7 @@ def load_suite(folder: str | os.PathLike, *, verify: bool = True) -> SuiteDir:
         entry = read_entry(raw, root, verify=verify, where=f"brick {i}")
         if entry.signature in seen:
             raise SuiteError(
-                f"{str(path)!r} lists brick {entry.signature} twice; {_AGAIN}"
+                f"{str(path)!r} lists brick {entry.signature} twice; {AGAIN}"
             )
         seen.add(entry.signature)
         entries.append(entry)
@@ -259,7 +259,7 @@ def load_suite(folder: str | os.PathLike, *, verify: bool = True) -> SuiteDir:
     ):
         raise SuiteError(
             f"{str(path)!r} has a malformed granularity, split, opset or "
-            f"tool_versions; {_AGAIN}"
+            f"tool_versions; {AGAIN}"
         )
     return SuiteDir(
         folder=str(root),
@@ -295,7 +295,7 @@ def read_entry(
     if not isinstance(signature, str) or not _SIGNATURE.match(signature):
         raise SuiteError(
             f"Suite {str(root)!r}: {where} has no valid signature "
-            f"({signature!r}); {_AGAIN}"
+            f"({signature!r}); {AGAIN}"
         )
     name = f"Suite {str(root)!r}: brick {signature}"
     try:
@@ -336,10 +336,10 @@ def read_entry(
     except (KeyError, TypeError, ValueError, AttributeError) as e:
         raise SuiteError(
             f"{name}: malformed manifest entry ({type(e).__name__}: {e}); "
-            f"{_AGAIN}"
+            f"{AGAIN}"
         ) from e
     if not entry.inputs or not entry.outputs:
-        raise SuiteError(f"{name}: no inputs or no outputs listed; {_AGAIN}")
+        raise SuiteError(f"{name}: no inputs or no outputs listed; {AGAIN}")
     for key in FILES:
         path = getattr(entry, key)
         if path is None:
@@ -352,105 +352,21 @@ def read_entry(
         except OSError as e:  # A name too long for the file system.
             raise SuiteError(
                 f"{name}: file {shown[:100]} cannot be opened ({e.strerror})"
-                f"; {_AGAIN}"
+                f"; {AGAIN}"
             ) from e
         if not present:
-            raise SuiteError(f"{name}: file {shown} is missing; {_AGAIN}")
+            raise SuiteError(f"{name}: file {shown} is missing; {AGAIN}")
         if key == "saved_model" and not variables:
             raise SuiteError(
                 f"{name}: folder {os.path.relpath(path, root)}/variables is "
-                f"missing; {_AGAIN}"
+                f"missing; {AGAIN}"
             )
         if verify and sha256(target) != digests.get(key):
             raise SuiteError(
                 f"{name}: file {shown} does not match its SHA-256 in the "
-                f"manifest (altered or corrupt); {_AGAIN}"
+                f"manifest (altered or corrupt); {AGAIN}"
             )
     return entry
-
-
-def load_saved_model(entry: SuiteDirEntry, batch_size: int | None = 1):
-    """A `keras.Model` that runs a brick's SavedModel.
-
-    The model has one `keras.Input` per manifest input (its shape, with
-    `batch_size` as the batch dimension), calls the SavedModel's
-    `serving_default` through `keras.layers.TFSMLayer`, and returns the
-    outputs in `output_i` order: one tensor, or a list.
-
-    Args:
-        entry: A brick of a `SuiteDir`.
-        batch_size: The batch dimension (None: dynamic).
-
-    Returns:
-        The model; `dlbricks_tf.measuring.timing.Timer` can time it.
-
-    Raises:
-        SuiteError: If the SavedModel cannot be loaded.
-        ValueError: If `batch_size` is not None or 1 or more.
-    """
-    if batch_size is not None and batch_size < 1:
-        raise ValueError(
-            f"batch_size must be 1 or more. Received: {batch_size}"
-        )
-    import keras
-
-    inputs = {
-        spec.name: keras.Input(
-            batch_shape=(batch_size, *spec.shape[1:]),
-            dtype=spec.dtype,
-            name=spec.name,
-        )
-        for spec in entry.inputs
-    }
-    try:
-        layer = keras.layers.TFSMLayer(
-            entry.saved_model, call_endpoint="serving_default"
-        )
-        results = layer(inputs)
-    except Exception as e:  # TensorFlow raises many types.
-        text = str(e).strip()
-        raise SuiteError(
-            f"Brick {entry.signature}: cannot load its SavedModel "
-            f"{entry.saved_model!r}: {type(e).__name__}: "
-            f"{text.splitlines()[0] if text else ''}; {_AGAIN}"
-        ) from e
-    outputs = [results[spec.name] for spec in entry.outputs]
-    xs = list(inputs.values())
-    return keras.Model(
-        inputs=xs[0] if len(xs) == 1 else xs,
-        outputs=outputs[0] if len(outputs) == 1 else outputs,
-        name="brick",
-    )
-
-
-def load_keras_brick(entry: SuiteDirEntry, batch_size: int | None = 1):
-    """A brick rebuilt from its `.keras` file, in Keras's safe mode.
-
-    Fresh layers from their configs, with the file's weights; no code from
-    the file runs (a `Lambda` is refused). The inputs keep the open batch
-    dimension the export gave them (the timing harness fixes it).
-
-    Args:
-        entry: A brick of a `SuiteDir`.
-        batch_size: Unused: kept for symmetry with `load_saved_model`.
-
-    Raises:
-        SuiteError: If the file cannot be loaded.
-    """
-    del batch_size  # The exported brick's batch dimension is open.
-    import keras
-
-    try:
-        return keras.saving.load_model(
-            entry.keras, compile=False, safe_mode=True
-        )
-    except Exception as e:  # Keras raises many types for bad files.
-        text = str(e).strip()
-        raise SuiteError(
-            f"Brick {entry.signature}: cannot load its Keras file "
-            f"{entry.keras!r}: {type(e).__name__}: "
-            f"{text.splitlines()[0] if text else ''}; {_AGAIN}"
-        ) from e
 
 
 def _get(value: Any, key: str) -> Any:

@@ -21,11 +21,12 @@ Runs written under the log directory:
                      error bars), the models' similarity heatmap
     graphs/<brick>   the layer-level op graph of a few bricks (the largest
                      of the last G), one run each
-    compare          `write_comparison`: estimates of each model on each
-                     machine and backend (table and chart), the fastest
-    estimates        `write_estimates`: the `estimate` command's rows, with
-                     how each estimate was obtained (timed, covered,
-                     predicted) and each source's share
+    compare          `estimates_board.write_comparison`: estimates of each
+                     model on each machine and backend (table and chart),
+                     the fastest
+    estimates        `estimates_board.write_estimates`: the `estimate`
+                     command's rows, with how each estimate was obtained
+                     (timed, covered, predicted) and each source's share
 
 A rewrite replaces these runs (their old event files are deleted), so the
 views always show one job.
@@ -44,7 +45,7 @@ from pathlib import Path
 from typing import Any
 
 from dlbricks_tf.analyzing import analysis
-from dlbricks_tf.reporting import charts, summaries
+from dlbricks_tf.drawing import bar_charts, charts, scatter_charts, summaries
 from dlbricks_tf.reporting.report import format_inputs, format_source
 
 MODELS_RUN = "models"
@@ -330,7 +331,7 @@ def result_figures(runs: Sequence[Mapping[str, Any]], g: int) -> dict:
     """
     labels = [r["model"] for r in runs]
     normalized = [_number(r.get("normalized")) for r in runs]
-    bars = charts.Bars(
+    bars = bar_charts.Bars(
         tuple(labels),
         (("normalized latency", tuple(normalized)),),
         title=f"Estimate / measured, G={g}",
@@ -347,10 +348,10 @@ def result_figures(runs: Sequence[Mapping[str, Any]], g: int) -> dict:
         error_label="estimate's range / measured",
     )
     return {
-        "normalized_latency": charts.bar_figure(
+        "normalized_latency": bar_charts.bar_figure(
             [bars], dpi=CHART_DPI, font=CHART_FONT
         ),
-        "measured_vs_estimated": charts.measured_vs_estimated_figure(
+        "measured_vs_estimated": scatter_charts.measured_vs_estimated_figure(
             labels,
             [_number(r.get("measured_ms")) for r in runs],
             [_number(r.get("estimated_ms")) for r in runs],
@@ -423,132 +424,3 @@ def _graphs(
                     ],
                 ),
             )
-
-
-def write_comparison(log_dir: str | Path, comparison: Any) -> list[str]:
-    """Writes a `compare.Comparison` under `log_dir/compare`.
-
-    A text table (per model: the estimate on each configuration and the
-    fastest), a grouped bar chart of the estimates, and one scalar per
-    model and configuration (`estimate_ms/<configuration>`). Replaces an
-    earlier comparison.
-
-    Returns:
-        The event files written, relative to `log_dir`.
-    """
-    from dlbricks_tf.reporting import compare
-
-    log_dir = Path(log_dir)
-    for f in (log_dir / COMPARE_RUN).glob("**/events.out.tfevents.*"):
-        f.unlink()
-    header, rows = compare.table(comparison)
-    labels = [c.label for c in comparison.configurations]
-    models = [
-        m
-        for m in comparison.models
-        if any((m, i) in comparison.estimates for i in range(len(labels)))
-    ]
-    with summaries.run_writer(log_dir, COMPARE_RUN) as w:
-        summaries.write_table(
-            w,
-            "comparison",
-            header,
-            rows,
-            description=f"{comparison.mode} estimates per configuration",
-        )
-        if models and labels:
-            series = {
-                label: [
-                    getattr(comparison.estimates.get((m, i)), "ms", 0.0)
-                    for m in models
-                ]
-                for i, label in enumerate(labels)
-            }
-            summaries.write_image(
-                w,
-                "estimates",
-                charts.grouped_bar_chart(
-                    models,
-                    series,
-                    title="Estimated latency per machine and backend",
-                    value_label="ms",
-                ),
-            )
-        for (model, i), est in sorted(comparison.estimates.items()):
-            summaries.write_scalar(
-                w, f"estimate_ms/{run_name(labels[i])}/{model}", est.ms
-            )
-    return sorted(
-        str(p.relative_to(log_dir))
-        for p in (log_dir / COMPARE_RUN).glob("**/events.out.tfevents.*")
-    )
-
-
-def write_estimates(
-    log_dir: str | Path, rows: Sequence[Mapping[str, Any]]
-) -> list[str]:
-    """Writes the `estimate` command's rows under `log_dir/estimates`.
-
-    A text table (per model and G: the estimate, its bounds, measured,
-    normalized and how it was obtained, `report.format_source`), and per
-    model the share of each source (`source_share/<label>`, step G) and
-    the estimate (`estimated_ms`). Replaces earlier estimates.
-
-    Args:
-        log_dir: The folder to point TensorBoard at.
-        rows: Rows of `beyond.estimate_models` or `job.estimate_models`.
-
-    Returns:
-        The event files written, relative to `log_dir`.
-    """
-    log_dir = Path(log_dir)
-    for f in (log_dir / ESTIMATES_RUN).glob("**/events.out.tfevents.*"):
-        f.unlink()
-    columns = [
-        "model",
-        "granularity",
-        "mode",
-        "estimated_ms",
-        "low_ms",
-        "high_ms",
-        "measured_ms",
-        "normalized",
-    ]
-    with summaries.run_writer(log_dir, ESTIMATES_RUN) as w:
-        summaries.write_table(
-            w,
-            "estimates",
-            columns + ["source"],
-            [[r.get(c) for c in columns] + [format_source(r)] for r in rows],
-            description="Estimates and how each was obtained: timed, "
-            "covered by stored bricks of several G, or with predicted "
-            "bricks (and each source's share).",
-        )
-    for model in dict.fromkeys(r["model"] for r in rows):
-        mine = [r for r in rows if r["model"] == model]
-        run = f"{ESTIMATES_RUN}/{run_name(model)}"
-        with summaries.run_writer(log_dir, run) as w:
-            summaries.write_scalars(
-                w,
-                "estimated_ms",
-                {r["granularity"]: r["estimated_ms"] for r in mine},
-                description=f"Estimate of {model}; the step is G.",
-            )
-            shares = [(r["granularity"], _shares(r)) for r in mine]
-            for label in dict.fromkeys(k for _, s in shares for k in s):
-                summaries.write_scalars(
-                    w,
-                    f"source_share/{run_name(label)}",
-                    {g: s.get(label, 0.0) for g, s in shares},
-                    description=f"Share of {model}'s estimate from "
-                    f"{label} bricks; the step is G.",
-                )
-    return sorted(
-        str(p.relative_to(log_dir))
-        for p in (log_dir / ESTIMATES_RUN).glob("**/events.out.tfevents.*")
-    )
-
-
-def _shares(row: Mapping[str, Any]) -> dict[str, float]:
-    """{source label: share} of a row; a row without sources was timed."""
-    return dict(row.get("sources") or {"timed": 1.0})

@@ -20,9 +20,10 @@ import dataclasses
 from collections.abc import Mapping
 from typing import Any
 
+from dlbricks_tf.drawing import summaries
 from dlbricks_tf.estimating import estimate as estimate_lib
-from dlbricks_tf.fingerprint import SystemFingerprint
-from dlbricks_tf.settings import RunSettings
+from dlbricks_tf.machine.fingerprint import SystemFingerprint
+from dlbricks_tf.machine.settings import RunSettings
 from dlbricks_tf.stats import Timing
 
 _STAT_FIELDS = tuple(f.name for f in dataclasses.fields(Timing))
@@ -104,7 +105,7 @@ def configurations(
     """Lists the store's configurations with their brick results.
 
     Args:
-        store: A `dlbricks_tf.store.Store`.
+        store: A `dlbricks_tf.storing.store.Store`.
         batch_size: Keep only this batch size (None: all).
 
     Returns:
@@ -157,7 +158,7 @@ def compare(
     Args:
         plans: {model name: decomposition or recipe}; each has `bricks`
             (with `signature`) and `dependencies`.
-        store: A `dlbricks_tf.store.Store`.
+        store: A `dlbricks_tf.storing.store.Store`.
         mode: "sequential" or "parallel" (see
             `dlbricks_tf.estimating.estimate`).
         statistic: The brick statistic summed (see `estimate.estimate`).
@@ -226,7 +227,6 @@ def table(comparison: Comparison) -> tuple[list[str], list[list[Any]]]:
 
 def format_comparison(comparison: Comparison) -> str:
     """A Markdown table of `table(comparison)` with a legend line."""
-    from dlbricks_tf.reporting import summaries
 
     header, rows = table(comparison)
     legend = (

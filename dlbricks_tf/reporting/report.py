@@ -1,6 +1,6 @@
 """Plain-text (Markdown) tables of a job's results, for a terminal or a README.
 
-`format_report` renders report.json (see `dlbricks_tf.job`): one row per
+`format_report` renders report.json (see `dlbricks_tf.running.job`): one row per
 model and G (measured, sequential and parallel estimates, normalized
 latency), then one row per G (geomean, range, speed-up, wall-clock times).
 `format_decompositions` and `format_estimates` render the `decompose` and
@@ -287,9 +287,9 @@ def format_inputs(specs: Sequence[Any]) -> str:
 
 
 def format_estimates(rows: Sequence[Mapping[str, Any]]) -> str:
-    """The `estimate` command's rows (see `job.estimate_models`).
+    """The `estimate` command's rows (see `steps.estimate_models`).
 
-    Rows of `beyond.estimate_models` (they carry `method`) add a `source`
+    Rows of `beyond.cover_and_predict` (they carry `method`) add a `source`
     column (`format_source`).
     """
     sourced = any("method" in r for r in rows)

@@ -11,7 +11,7 @@ of every command (`dlbricks_tf.measuring.brick_timing`), on TensorFlow or
 ONNX Runtime as the settings say. The command line's `run` and the
 accuracy benchmarks (TF and ONNX Runtime) call `run_granularity`.
 
-Models are named by `resolve_models` (`dlbricks_tf.sources`, also
+Models are named by `resolve_models` (`dlbricks_tf.models.sources`, also
 importable from here): `keras.applications` names or model
 files (`.keras`, `.h5`, config `.json`), or built by a function of the
 caller's (`ModelSource.builder`, e.g. `corpus.hub_backbone`). Resolving
@@ -37,22 +37,20 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-import json
 import os
-from collections.abc import Callable, Iterable, Mapping, Sequence
-from pathlib import Path
+from collections.abc import Callable, Sequence
 from typing import Any
 
-from dlbricks_tf import json_files
 from dlbricks_tf.estimating import ranges
-from dlbricks_tf.estimating.rows import corpus_row, estimate_row, model_row
-from dlbricks_tf.sources import (  # noqa: F401 (the job's names for them)
+from dlbricks_tf.estimating.rows import corpus_row, model_row
+from dlbricks_tf.models.sources import (  # noqa: F401 (the job's names for them)
     MODEL_FILE_SUFFIXES,
     ModelSource,
     ModelSourceError,
     resolve_models,
     shape_label,
 )
+from dlbricks_tf.running.report_json import new_report, write_report
 from dlbricks_tf.stats import Timing
 
 # The default corpus of `run`: three families (inverted residuals, residual
@@ -385,19 +383,6 @@ def run_granularity(
     )
 
 
-def new_report(fingerprint, settings, brick_options=None) -> dict[str, Any]:
-    """An empty report.json: system, settings, options, no rows yet."""
-    return {
-        "system": {**fingerprint.to_dict(), "id": fingerprint.id},
-        "settings": settings.to_dict(),
-        "options": (
-            dataclasses.asdict(brick_options) if brick_options else None
-        ),
-        "runs": [],
-        "corpus": [],
-    }
-
-
 def run_job(
     sources: Sequence[ModelSource],
     granularities: Sequence[int],
@@ -435,7 +420,7 @@ def run_job(
     Returns:
         (report, {G: GranularityResult}); the report as in report.json.
     """
-    from dlbricks_tf.fingerprint import system_fingerprint
+    from dlbricks_tf.machine.fingerprint import system_fingerprint
 
     fingerprint = fingerprint or system_fingerprint()
     report = new_report(fingerprint, settings, brick_options or options)
@@ -464,140 +449,3 @@ def run_job(
         if report_path is not None:
             write_report(report, report_path)
     return report, details
-
-
-def write_report(report: Mapping[str, Any], path: str | os.PathLike) -> None:
-    """Writes report.json (non-finite numbers as null)."""
-    Path(path).write_text(json.dumps(json_files.finite(report), indent=1))
-
-
-def measure_models(
-    sources: Sequence[ModelSource],
-    settings,
-    fingerprint,
-    store,
-    options=None,
-    *,
-    safe_mode: bool = True,
-    check_settings: bool = True,
-    progress: Progress | None = None,
-    onnx_folder: str | os.PathLike | None = None,
-    scale: Any = None,
-) -> dict[str, Timing]:
-    """Times every model end to end, one after another, into the store.
-
-    A model with `input_shapes` is timed at them, and stored under its
-    name, which names them ("bert@128"). On ONNX Runtime each model is
-    converted to `onnx_folder` first, and timed by the timer `run` uses
-    (`brick_timing.model_timer`). With a `scale`
-    (`dlbricks_tf.measuring.reference.ReferenceScale`), every batch of
-    samples is scaled to the machine's reference state, as `run` and
-    `bench` scale theirs.
-
-    Returns:
-        {model: timing}, in order.
-    """
-    import keras
-
-    from dlbricks_tf.measuring import brick_timing, sampling
-
-    if settings.backend == "onnxruntime" and onnx_folder is None:
-        raise ValueError(
-            "ONNX Runtime times ONNX files: pass onnx_folder, where the "
-            "models' files are kept."
-        )
-    measured = {}
-    for i, source in enumerate(sources):
-        keras.backend.clear_session()
-        model = source.build(safe_mode)
-        runnable = model
-        if settings.backend == "onnxruntime":
-            runnable = brick_timing.model_onnx_file(
-                model, onnx_folder, source.name, settings.batch_size
-            )
-        timer = brick_timing.model_timer(
-            runnable,
-            settings,
-            options,
-            check_settings=check_settings,
-            input_shapes=source.shapes,
-            scale=scale,
-        )
-        measured[source.name] = sampling.time_interleaved([timer])[0]
-        store.put_model(
-            source.name, settings, fingerprint, measured[source.name]
-        )
-        if progress is not None:
-            progress(source.name, i + 1, len(sources))
-        del model, runnable, timer
-    return measured
-
-
-def estimate_models(
-    sources: Sequence[ModelSource],
-    granularity: int,
-    settings,
-    fingerprint,
-    store,
-    mode: str = "sequential",
-    *,
-    safe_mode: bool = True,
-    fuse: bool = False,
-) -> list[dict[str, Any]]:
-    """Estimates every model from the store's brick timings.
-
-    `fuse` cuts the models as `run_granularity` did with it; each model
-    is cut at its own `input_shapes`.
-
-    Returns:
-        The rows of `estimate_plans`, one per model.
-
-    Raises:
-        MissingResultsError: A model has bricks without a timing (those
-            recorded as failed are named with their reasons).
-    """
-    plans = (
-        (source.name, source.decompose(granularity, safe_mode, fuse))
-        for source in sources
-    )
-    return estimate_plans(plans, settings, fingerprint, store, mode)
-
-
-def estimate_plans(
-    plans: Iterable[tuple[str, Any]],
-    settings,
-    fingerprint,
-    store,
-    mode: str = "sequential",
-) -> list[dict[str, Any]]:
-    """Estimates models from the store's brick timings, one row each.
-
-    Args:
-        plans: (model name, plan) pairs, read one at a time; a plan is a
-            `Decomposition` or a `dlbricks_tf.portable.recipe.Recipe` (no model
-            needed).
-        settings: The `RunSettings` whose timings are read.
-        fingerprint: The machine whose timings are read.
-        store: The `Store`.
-        mode: "sequential" or "parallel" (see
-            `dlbricks_tf.estimating.estimate`).
-
-    Returns:
-        One row per model: model, granularity, mode, estimated_ms, low_ms,
-        high_ms, bricks, noisy_bricks, and measured_ms, measured_noisy and
-        normalized when the store holds an end-to-end timing (else None).
-
-    Raises:
-        MissingResultsError: A model has bricks without a timing (those
-            recorded as failed are named with their reasons).
-    """
-    from dlbricks_tf.estimating import estimate as estimate_lib
-
-    results = store.results(settings, fingerprint)
-    failures = store.failures(settings, fingerprint)
-    rows = []
-    for name, plan in plans:
-        est = estimate_lib.estimate(plan, results, mode, failures=failures)
-        measured = store.get_model(name, settings, fingerprint)
-        rows.append(estimate_row(name, plan.granularity, est, measured))
-    return rows

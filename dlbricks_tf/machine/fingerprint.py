@@ -21,7 +21,7 @@ from collections.abc import Mapping
 from importlib import metadata
 from typing import Any
 
-from dlbricks_tf import settings as settings_lib
+from dlbricks_tf.machine import process as process_lib
 
 _ID_LENGTH = 12
 # How `SystemFingerprint.onednn` is found today (see its docstring).
@@ -133,7 +133,7 @@ def system_fingerprint() -> SystemFingerprint:
     tensorflow = _version("tensorflow") or _version("tensorflow-cpu")
     return SystemFingerprint(
         cpu_model=cpu_model(),
-        physical_cores=settings_lib.physical_cores(),
+        physical_cores=process_lib.physical_cores(),
         logical_cpus=os.cpu_count() or 1,
         os=f"{platform.system()}-{platform.release()}",
         machine=platform.machine(),
@@ -141,6 +141,6 @@ def system_fingerprint() -> SystemFingerprint:
         tensorflow=tensorflow,
         keras=_version("keras"),
         onnxruntime=_version("onnxruntime"),
-        onednn=settings_lib.onednn_in_effect(),
+        onednn=process_lib.onednn_in_effect(),
         onednn_rule=ONEDNN_RULE,
     )

@@ -133,7 +133,7 @@ _FAMILY_PREFIXES = (
     ("RegNet", "RegNet"),
     ("ResNet", "ResNet"),
     ("VGG", "VGG"),
-    # The probe corpus (dlbricks_tf.probes): one family of its own.
+    # The probe corpus (dlbricks_tf.models.probes): one family of its own.
     ("probe-", "probes"),
 )
 

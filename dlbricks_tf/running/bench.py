@@ -36,12 +36,12 @@ from collections.abc import Callable, Iterable
 from types import FrameType
 from typing import Any
 
-from dlbricks_tf import settings as settings_lib
 from dlbricks_tf.cutting.suite import Suite
-from dlbricks_tf.fingerprint import SystemFingerprint
+from dlbricks_tf.machine import settings as settings_lib
+from dlbricks_tf.machine.fingerprint import SystemFingerprint
 from dlbricks_tf.measuring import brick_timing, sampling
 from dlbricks_tf.stats import Timing
-from dlbricks_tf.store import Store
+from dlbricks_tf.storing.store import Store
 
 
 @dataclasses.dataclass(frozen=True)
@@ -113,7 +113,7 @@ def time_suite(
         measure: Times one suite entry (called again to re-measure it),
             instead of the backend's own timer; loop protocol only.
         build: Returns what an entry's brick runs as: a `keras.Model`
-            (TF), or a `brick_timing.OnnxFile` (ONNX Runtime; see
+            (TF), or a `onnx_files.OnnxFile` (ONNX Runtime; see
             `dlbricks_tf.portable.suite_bench.builder`). Default: the
             entry's brick built at the settings' batch size.
         on_failure: Called with (signature, reason) after a brick that

@@ -1,10 +1,10 @@
 """Sharding: which part of a suite this worker times.
 
-A suite is cut into deterministic shards, one per machine: `shard_of`
-gives a worker its part of a suite's entries, the same for a `Suite` of
-models (`Suite.shard`) and an exported suite folder (`SuiteDir.shard`).
-A worker learns its shard from flags or, when they are absent, from the
-engine that started it:
+A suite is cut into deterministic shards, one per machine:
+`dlbricks_tf.cutting.suite.shard_of` gives a worker its part of a suite's
+entries, the same for a `Suite` of models (`Suite.shard`) and an exported
+suite folder (`SuiteDir.shard`). A worker learns its shard from flags
+or, when they are absent, from the engine that started it:
 
     engine                  index                    count
     Bazel test sharding     TEST_SHARD_INDEX         TEST_TOTAL_SHARDS
@@ -27,39 +27,12 @@ from __future__ import annotations
 
 import dataclasses
 import os
-from collections.abc import Iterable, Iterator, Mapping
-from typing import Protocol, TypeVar
+from collections.abc import Iterator, Mapping
 
 from dlbricks_tf import errors
 
 INDEX_FLAG = "--shard_index"
 COUNT_FLAG = "--num_shards"
-
-
-class _Entry(Protocol):
-    signature: str
-
-
-_E = TypeVar("_E", bound=_Entry)
-
-
-def shard_of(entries: Iterable[_E], index: int, count: int) -> tuple[_E, ...]:
-    """The entries of shard `index` of `count`, round robin by signature.
-
-    Entries are sorted by signature and every `count`-th is taken from
-    `index`: shards are disjoint, cover the entries and depend only on the
-    signatures, so every worker computes the same split, whether it was
-    given the models or the suite folder exported from them.
-
-    Raises:
-        ValueError: If not 0 <= index < count.
-    """
-    if count < 1 or not 0 <= index < count:
-        raise ValueError(
-            f"Need 0 <= index < count. Received: index={index}, count={count}"
-        )
-    ordered = sorted(entries, key=lambda e: e.signature)
-    return tuple(ordered[index::count])
 
 
 class ShardError(errors.Error):

@@ -34,6 +34,8 @@ import dataclasses
 import random
 from typing import Any
 
+from dlbricks_tf.models.sources import ModelSource
+
 # Probes in the default corpus, and the seed that draws them.
 COUNT = 240
 SEED = 0
@@ -136,8 +138,6 @@ def build(spec: ProbeSpec) -> Any:
 def sources(count: int = COUNT, seed: int = SEED) -> list[Any]:
     """The probes as `sources.ModelSource`s (built in code, nothing read)."""
     import functools
-
-    from dlbricks_tf.sources import ModelSource
 
     return [
         ModelSource(s.name, builder=functools.partial(build, s))

@@ -22,7 +22,8 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from dlbricks_tf import corpus, errors
+from dlbricks_tf import errors
+from dlbricks_tf.models import corpus
 
 MODEL_FILE_SUFFIXES = (".keras", ".h5", ".hdf5", ".json")
 

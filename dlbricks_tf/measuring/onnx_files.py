@@ -1,0 +1,85 @@
+"""Bricks and whole models as ONNX files, converted once, for ONNX Runtime.
+
+`onnx_file` converts a Keras model to an ONNX file in a folder (a dynamic
+batch first, then the batch size timed) and writes its inputs' id bounds
+beside it, or reuses the file converted before; an `OnnxFile` is what
+`brick_timing` hands ONNX Runtime's timer. `brick_timing.brick_onnx_file`
+and `brick_timing.model_onnx_file` name the files of bricks and models.
+Importing this module imports no TensorFlow (the conversion does).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from dlbricks_tf import errors
+from dlbricks_tf.measuring import ort_timing
+
+
+@dataclasses.dataclass(frozen=True)
+class OnnxFile:
+    """A brick or model as an ONNX file, what ONNX Runtime times.
+
+    Attributes:
+        path: The `.onnx` file.
+        id_bounds: Exclusive id bound per input (None: none).
+        input_specs: (shape without batch, dtype) per input, or None to
+            read them from the file.
+    """
+
+    path: str
+    id_bounds: tuple[int | None, ...] | None = None
+    input_specs: tuple[tuple[tuple[int, ...], str], ...] | None = None
+
+
+def onnx_file(
+    build: Callable[[int | None], Any],
+    folder: str | Path,
+    stem: str,
+    batch_size: int,
+    *,
+    reuse: bool = True,
+) -> OnnxFile:
+    """A Keras model as an ONNX file in `folder`, converted once.
+
+    A dynamic batch is tried first, then the batch size timed (some bricks
+    only build with a fixed one). The id bounds are written beside the
+    file last (`ort_timing.convert_for_ort`): a file without them is
+    converted again. Bricks are named by signature, so their files serve
+    every later run and shard with the same folder.
+
+    Args:
+        build: build(batch) -> the Keras model (batch None: dynamic).
+        folder: Where the files are kept.
+        stem: The file name without suffix.
+        batch_size: The batch size timed.
+        reuse: Use a file already converted (False: convert again).
+
+    Raises:
+        dlbricks_tf.Error: If neither conversion works.
+    """
+    folder = Path(folder)
+    names = ((None, stem), (batch_size, f"{stem}-b{batch_size}"))
+    if reuse:
+        for _, name in names:
+            path = folder / f"{name}.onnx"
+            bounds = ort_timing.load_id_bounds(path)
+            if bounds is not None and path.is_file():
+                return OnnxFile(str(path), tuple(bounds))
+    failure: BaseException | None = None
+    for batch, name in names:
+        try:
+            path, bounds = ort_timing.convert_for_ort(
+                build(batch), folder, name, batch_size=batch
+            )
+            return OnnxFile(str(path), tuple(bounds))
+        except Exception as e:  # Keras and tf2onnx raise many types.
+            failure = e
+    if isinstance(failure, errors.Error):
+        raise failure
+    raise errors.Error(
+        f"Cannot convert {stem} to ONNX: {type(failure).__name__}: {failure}"
+    ) from failure

@@ -1,0 +1,440 @@
+"""SQLite store of timings: one file, safe to stop, resume and share.
+
+Brick results are keyed by (signature, run settings key, fingerprint id)
+and whole-model results by (model name, settings key, fingerprint id);
+UNIQUE constraints rule out duplicates and each `put` commits at once, so a
+run killed at any point (even `kill -9`) resumes with `missing()` and
+re-times nothing that was stored. Settings and fingerprints are kept as
+JSON rows; the schema version is kept in a `meta` table.
+
+A brick that could not be loaded, built or timed is recorded as failed,
+with its reason, under the same key as a result (`put_failure`); it does
+not count as stored, so a rerun tries it again, and a result stored later
+replaces the failure. The reference state of each machine and settings
+(`dlbricks_tf.measuring.reference`) has a table of its own, and fitted
+predictors one more.
+
+How the file is created, checked, migrated and shared between processes
+is `dlbricks_tf.storing.database`'s; export to JSON or CSV and merging
+stores is `dlbricks_tf.storing.merging`'s.
+
+Example:
+    with Store("results.sqlite") as store:
+        for signature in store.missing(signatures, settings, fp):
+            store.put(signature, settings, fp, time_model(...))
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import sqlite3
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any
+
+from dlbricks_tf.machine.fingerprint import SystemFingerprint
+from dlbricks_tf.machine.settings import RunSettings
+from dlbricks_tf.stats import Timing
+from dlbricks_tf.storing import merging
+from dlbricks_tf.storing.database import (
+    _FAILURES,
+    _PREDICTORS,
+    _STATS,
+    _TABLES,
+    Database,
+    StoreError,
+)
+
+
+class Store(Database):
+    """A results database in one SQLite file (created if absent).
+
+    Args:
+        path: File path; ":memory:" for a throw-away store.
+        timeout_s: How long one attempt waits for another writer's lock.
+        retries: Further attempts of a read or write that still found the
+            database locked or busy, after a jittered back-off that doubles
+            from 50 ms to 2 s.
+
+    Raises:
+        StoreError: If the path is a folder or cannot be opened, or the file
+            is not SQLite, not a store, corrupt or of a newer schema; the
+            file is then not modified.
+    """
+
+    @staticmethod
+    def _register(
+        db: sqlite3.Connection, settings: RunSettings, fp: SystemFingerprint
+    ) -> None:
+        db.execute(
+            "INSERT OR IGNORE INTO settings VALUES (?, ?)",
+            (settings.key(), settings.to_json()),
+        )
+        db.execute(
+            "INSERT OR IGNORE INTO fingerprints VALUES (?, ?)",
+            (fp.id, fp.to_json()),
+        )
+
+    def _put(
+        self,
+        kind: str,
+        name: str,
+        settings: RunSettings,
+        fp: SystemFingerprint,
+        timing: Timing,
+    ) -> None:
+        table, column = _TABLES[kind]
+        values = timing.to_dict()
+        row = [name, settings.key(), fp.id]
+        row += [int(values[k]) if k == "noisy" else values[k] for k in _STATS]
+        updates = ", ".join(f"{k} = excluded.{k}" for k in _STATS)
+
+        def insert(db: sqlite3.Connection) -> None:
+            self._register(db, settings, fp)
+            if kind == "brick":  # A result replaces an earlier failure.
+                db.execute(
+                    f"DELETE FROM {_FAILURES} WHERE signature = ? AND "
+                    "settings_key = ? AND fingerprint_id = ?",
+                    row[:3],
+                )
+            db.execute(
+                f"INSERT INTO {table} ({column}, settings_key, fingerprint_id,"
+                f" {', '.join(_STATS)}) VALUES ({', '.join('?' * len(row))})"
+                f" ON CONFLICT ({column}, settings_key, fingerprint_id)"
+                f" DO UPDATE SET {updates},"
+                " created = strftime('%Y-%m-%dT%H:%M:%fZ', 'now')",
+                row,
+            )
+
+        self._write(insert)  # One transaction, committed on success.
+
+    def _get(
+        self, kind: str, name: str, settings: RunSettings, fp: SystemFingerprint
+    ) -> Timing | None:
+        table, column = _TABLES[kind]
+        rows = self._read(
+            f"SELECT {', '.join(_STATS)} FROM {table} WHERE {column} = ? AND"
+            " settings_key = ? AND fingerprint_id = ?",
+            (name, settings.key(), fp.id),
+        )
+        return (
+            Timing.from_dict(dict(zip(_STATS, rows[0], strict=True)))
+            if rows
+            else None
+        )
+
+    def put(
+        self,
+        signature: str,
+        settings: RunSettings,
+        fp: SystemFingerprint,
+        timing: Timing,
+    ) -> None:
+        """Stores (or replaces) a brick's timing and commits it.
+
+        Raises:
+            StoreError: If the file cannot be written (read-only, full, or
+                locked by another process through every retry).
+        """
+        self._put("brick", signature, settings, fp, timing)
+
+    def get(
+        self, signature: str, settings: RunSettings, fp: SystemFingerprint
+    ) -> Timing | None:
+        """Returns a brick's stored timing, or None."""
+        return self._get("brick", signature, settings, fp)
+
+    def has(
+        self,
+        signature: str,
+        settings: RunSettings,
+        fp: SystemFingerprint,
+        *,
+        accept_noisy: bool = False,
+    ) -> bool:
+        """Whether a brick has a stored timing (noisy ones count if asked)."""
+        timing = self.get(signature, settings, fp)
+        return timing is not None and (accept_noisy or not timing.noisy)
+
+    def missing(
+        self,
+        signatures: Iterable[str],
+        settings: RunSettings,
+        fp: SystemFingerprint,
+        *,
+        accept_noisy: bool = False,
+    ) -> list[str]:
+        """Returns the signatures still to time, in the given order.
+
+        A noisy result does not count as stored unless `accept_noisy`, so a
+        resumed run tries it again. Duplicates in `signatures` are dropped.
+        """
+        done = set(self.results(settings, fp, accept_noisy=accept_noisy))
+        todo = dict.fromkeys(s for s in signatures if s not in done)
+        return list(todo)
+
+    def results(
+        self,
+        settings: RunSettings,
+        fp: SystemFingerprint,
+        *,
+        accept_noisy: bool = True,
+    ) -> dict[str, Timing]:
+        """Returns {signature: timing} for one settings and fingerprint."""
+        rows = self._read(
+            f"SELECT signature, {', '.join(_STATS)} FROM brick_results"
+            " WHERE settings_key = ? AND fingerprint_id = ?",
+            (settings.key(), fp.id),
+        )
+        timings = {
+            r[0]: Timing.from_dict(dict(zip(_STATS, r[1:], strict=True)))
+            for r in rows
+        }
+        return {s: t for s, t in timings.items() if accept_noisy or not t.noisy}
+
+    def put_failure(
+        self,
+        signature: str,
+        settings: RunSettings,
+        fp: SystemFingerprint,
+        reason: str,
+    ) -> None:
+        """Records that a brick could not be loaded, built or timed.
+
+        The failure is kept (replacing an earlier one) until a timing of the
+        brick is stored under the same key; it never hides a stored timing.
+
+        Args:
+            signature: The brick's signature.
+            settings: The run settings it failed under.
+            fp: This machine's fingerprint.
+            reason: One line: what went wrong (and what to do, if known).
+
+        Raises:
+            StoreError: If the file cannot be written.
+        """
+        reason = " ".join(str(reason).split()) or "unknown reason"
+
+        def insert(db: sqlite3.Connection) -> None:
+            self._register(db, settings, fp)
+            db.execute(
+                f"INSERT INTO {_FAILURES} (signature, settings_key,"
+                " fingerprint_id, reason) VALUES (?, ?, ?, ?)"
+                " ON CONFLICT (signature, settings_key, fingerprint_id)"
+                " DO UPDATE SET reason = excluded.reason,"
+                " created = strftime('%Y-%m-%dT%H:%M:%fZ', 'now')",
+                (signature, settings.key(), fp.id, reason),
+            )
+
+        self._write(insert)
+
+    def reference_state(
+        self, settings: RunSettings, fp: SystemFingerprint
+    ) -> float | None:
+        """The reference state of this machine and settings, ms, or None.
+
+        See `dlbricks_tf.measuring.reference`: timings scaled by the
+        reference are milliseconds at this state.
+        """
+        rows = self._read(
+            "SELECT state_ms FROM reference_states"
+            " WHERE settings_key = ? AND fingerprint_id = ?",
+            (settings.key(), fp.id),
+        )
+        return float(rows[0][0]) if rows else None
+
+    def put_reference_state(
+        self, settings: RunSettings, fp: SystemFingerprint, state_ms: float
+    ) -> float:
+        """Keeps the first reference state of this machine and settings.
+
+        A state already stored is kept (every timing scaled to it must
+        stay comparable); returns the one in force.
+
+        Raises:
+            StoreError: If the state is not finite and positive, or the
+                file cannot be written.
+        """
+        if not (math.isfinite(state_ms) and state_ms > 0):
+            raise StoreError(
+                f"A reference state must be finite and positive. Received: "
+                f"state_ms={state_ms!r}"
+            )
+
+        def insert(db: sqlite3.Connection) -> None:
+            self._register(db, settings, fp)
+            db.execute(
+                "INSERT OR IGNORE INTO reference_states (settings_key,"
+                " fingerprint_id, state_ms) VALUES (?, ?, ?)",
+                (settings.key(), fp.id, float(state_ms)),
+            )
+
+        self._write(insert)
+        return self.reference_state(settings, fp)
+
+    def failures(
+        self, settings: RunSettings, fp: SystemFingerprint
+    ) -> dict[str, str]:
+        """Returns {signature: reason} of the bricks recorded as failed."""
+        rows = self._read(
+            f"SELECT signature, reason FROM {_FAILURES} WHERE settings_key = ?"
+            " AND fingerprint_id = ? ORDER BY signature",
+            (settings.key(), fp.id),
+        )
+        return dict(rows)
+
+    def failure_rows(self) -> list[dict[str, Any]]:
+        """Returns every recorded failure: signature, settings, reason, ..."""
+        rows = self._read(
+            f"SELECT r.signature, s.json, r.fingerprint_id, r.reason,"
+            f" r.created FROM {_FAILURES} r JOIN settings s ON s.key ="
+            " r.settings_key ORDER BY r.signature, r.settings_key,"
+            " r.fingerprint_id"
+        )
+        try:
+            return [
+                {
+                    "signature": r[0],
+                    "settings": json.loads(r[1]),
+                    "fingerprint_id": r[2],
+                    "reason": r[3],
+                    "created": r[4],
+                }
+                for r in rows
+            ]
+        except (ValueError, TypeError) as e:
+            raise self._malformed(e) from e
+
+    def put_predictor(
+        self,
+        settings: RunSettings,
+        fp: SystemFingerprint,
+        fit_key: str,
+        text: str,
+    ) -> None:
+        """Keeps the fitted predictor of these settings and this machine.
+
+        One per pair: a later fit replaces it. `text` is data only
+        (`dlbricks_tf.estimating.saved_predictor.to_json`); `fit_key` says
+        what it was fitted from.
+        """
+
+        def insert(db: sqlite3.Connection) -> None:
+            self._register(db, settings, fp)
+            db.execute(
+                f"INSERT INTO {_PREDICTORS} (settings_key, fingerprint_id,"
+                " fit_key, json) VALUES (?, ?, ?, ?) ON CONFLICT"
+                " (settings_key, fingerprint_id) DO UPDATE SET"
+                " fit_key = excluded.fit_key, json = excluded.json,"
+                " created = strftime('%Y-%m-%dT%H:%M:%fZ', 'now')",
+                (settings.key(), fp.id, fit_key, text),
+            )
+
+        self._write(insert)
+
+    def get_predictor(
+        self, settings: RunSettings, fp: SystemFingerprint, fit_key: str
+    ) -> str | None:
+        """The kept predictor's text if it was fitted from `fit_key`."""
+        rows = self._read(
+            f"SELECT json FROM {_PREDICTORS} WHERE settings_key = ? AND"
+            " fingerprint_id = ? AND fit_key = ?",
+            (settings.key(), fp.id, fit_key),
+        )
+        return rows[0][0] if rows else None
+
+    def put_model(
+        self,
+        model: str,
+        settings: RunSettings,
+        fp: SystemFingerprint,
+        timing: Timing,
+    ) -> None:
+        """Stores (or replaces) a whole model's end-to-end timing."""
+        self._put("model", model, settings, fp, timing)
+
+    def get_model(
+        self, model: str, settings: RunSettings, fp: SystemFingerprint
+    ) -> Timing | None:
+        """Returns a whole model's stored end-to-end timing, or None."""
+        return self._get("model", model, settings, fp)
+
+    def rows(self, kind: str = "brick") -> list[dict[str, Any]]:
+        """Returns every result of a kind ("brick" or "model") as dicts.
+
+        Each row holds the key (signature or model), the settings and
+        fingerprint as nested dicts, the statistics and the creation time.
+        """
+        if kind not in _TABLES:
+            raise ValueError(
+                f"kind must be 'brick' or 'model'. Received: kind={kind!r}"
+            )
+        table, column = _TABLES[kind]
+        rows = self._read(
+            f"SELECT r.{column}, s.json, f.json, {', '.join(_STATS)},"
+            f" r.created FROM {table} r JOIN settings s ON s.key ="
+            " r.settings_key JOIN fingerprints f ON f.id = r.fingerprint_id"
+            f" ORDER BY r.{column}, r.settings_key, r.fingerprint_id"
+        )
+        out = []
+        for row in rows:
+            try:
+                fp = json.loads(row[2])
+                record = {column: row[0], "settings": json.loads(row[1])}
+                record["fingerprint"] = fp
+                record["fingerprint_id"] = SystemFingerprint.from_dict(fp).id
+            except (ValueError, TypeError, KeyError, AttributeError) as e:
+                raise self._malformed(e) from e
+            record.update(zip(_STATS, row[3:-1], strict=True))
+            record["noisy"] = bool(record["noisy"])
+            record["created"] = row[-1]
+            out.append(record)
+        return out
+
+    def fingerprint_counts(self) -> list[tuple[SystemFingerprint, int]]:
+        """Each fingerprint the store holds, with how many results it keys.
+
+        Results are brick and model timings (failures and predictors do not
+        count); fingerprints are read back under the id they were stored
+        with, in the order of their ids.
+        """
+        rows = self._read(
+            "SELECT f.json, (SELECT COUNT(*) FROM brick_results r WHERE"
+            " r.fingerprint_id = f.id) + (SELECT COUNT(*) FROM model_results"
+            " m WHERE m.fingerprint_id = f.id) FROM fingerprints f"
+            " ORDER BY f.id"
+        )
+        try:
+            return [
+                (SystemFingerprint.from_dict(json.loads(fp)), count)
+                for fp, count in rows
+            ]
+        except (ValueError, TypeError, KeyError, AttributeError) as e:
+            raise self._malformed(e) from e
+
+    def export_json(self, path: str | Path) -> None:
+        """Writes {"schema_version", "bricks", "models", "failed_bricks"}."""
+        merging.write_json(
+            path, self.rows("brick"), self.rows("model"), self.failure_rows()
+        )
+
+    def export_csv(self, path: str | Path, kind: str = "brick") -> None:
+        """Writes one kind of result as CSV; settings flattened to columns."""
+        key = _TABLES[kind][1] if kind in _TABLES else kind
+        merging.write_csv(path, self.rows(kind), key)
+
+    def merge_from(self, other: str | Path) -> int:
+        """Copies results absent here from another store file.
+
+        The other file is read in full first, then everything is written in
+        one transaction: a merge stopped half way adds nothing. Failures are
+        copied too, except for bricks that either file holds a timing of.
+
+        Returns:
+            The number of results added (failures not counted).
+
+        Raises:
+            StoreError: If either file cannot be used.
+        """
+        return merging.merge(self, other)
