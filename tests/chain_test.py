@@ -13,7 +13,7 @@ import dlbricks_tf
 from dlbricks_tf.cutting import suite as suite_lib
 from dlbricks_tf.estimating import estimate as estimate_lib
 from dlbricks_tf.machine import settings as settings_lib
-from dlbricks_tf.measuring import campaign, chain, timing
+from dlbricks_tf.measuring import campaign, chain, chain_graph, timing
 from tests import models
 
 SETTINGS, CHECKED = models.settings()
@@ -27,14 +27,14 @@ def _bricks(model, granularity=1):
 
 
 def test_layout_spreads_empty_links_and_keeps_every_brick_once():
-    layout = chain._layout(chain._occurrences([1] * 10), 4)
+    layout = chain_graph.layout(chain_graph.occurrences([1] * 10), 4)
     assert [i for i in layout if i is not None] == list(range(10))
     assert layout.count(None) == 4
     assert layout[0] is None
 
 
 def test_a_repeated_brick_is_spread_and_sampled_once_per_link():
-    order = chain._occurrences([1, 3, 1, 1, 1, 1])
+    order = chain_graph.occurrences([1, 3, 1, 1, 1, 1])
     assert sorted(order) == [0, 1, 1, 1, 2, 3, 4, 5]
     at = [p for p, i in enumerate(order) if i == 1]
     # Never back to back.
@@ -213,7 +213,7 @@ def test_a_brick_is_fed_the_output_of_the_brick_before_where_it_fits():
     embed = keras.Model(ids, keras.layers.Embedding(10, 3)(ids))
     bricks = [("d", dense), ("r", relu), ("s", small), ("e", embed)]
     specs = [[((1, 8), "float32")]] * 3 + [[((1, 4), "int32")]]
-    plan = chain.feed_plan([m for _, m in bricks], specs)
+    plan = chain_graph.feed_plan([m for _, m in bricks], specs)
     assert plan == [[None], [0], [0], [None]]
     timer = chain.ChainTimer(bricks, SETTINGS, check_settings=False)
     assert timer.fed_inputs == 2
