@@ -16,7 +16,9 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from dlbricks_tf.cutting.split import split_name
+from dlbricks_tf.estimating import estimate as estimate_lib
 from dlbricks_tf.estimating import ranges
+from dlbricks_tf.measuring import precision
 from dlbricks_tf.stats import Timing, geomean
 
 # Bricks a row names as weighing most in its range.
@@ -46,9 +48,6 @@ def model_row(
         failed: {signature: reason} of the bricks that failed; the row's
             `failed_bricks` holds the model's.
     """
-    from dlbricks_tf.estimating import estimate as estimate_lib
-    from dlbricks_tf.measuring import precision
-
     failed = failed or {}
     m = measured
     signatures = dict.fromkeys(b.signature for b in d.bricks)
@@ -158,8 +157,6 @@ def corpus_row(
         **wall_clock: What the run cost, e.g. campaign_wall_s=12.5; kept
             in the row in the order given.
     """
-    from dlbricks_tf.estimating import estimate as estimate_lib
-
     estimable = [r for r in runs if not math.isnan(r["estimated_ms"])]
     names = {r["model"] for r in estimable}
     normalized = [r["normalized"] for r in estimable]

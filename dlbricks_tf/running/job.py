@@ -41,8 +41,12 @@ import os
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from dlbricks_tf.cutting import suite as suite_lib
 from dlbricks_tf.estimating import ranges
 from dlbricks_tf.estimating.rows import corpus_row, model_row
+from dlbricks_tf.machine.fingerprint import system_fingerprint
+from dlbricks_tf.measuring import reference as reference_lib
+from dlbricks_tf.measuring import rounds, steal
 from dlbricks_tf.models.sources import (  # noqa: F401 (the job's names for them)
     MODEL_FILE_SUFFIXES,
     ModelSource,
@@ -161,12 +165,11 @@ def run_granularity(
             end to end (raised once the bricks timed with it are stored).
         StoreError: A result cannot be written.
     """
+    # TensorFlow only once a job runs: `import dlbricks_tf` stays light.
     import keras
 
-    from dlbricks_tf.cutting import suite as suite_lib
     from dlbricks_tf.cutting.decompose import decompose
-    from dlbricks_tf.measuring import brick_timing, rounds, steal
-    from dlbricks_tf.measuring import reference as reference_lib
+    from dlbricks_tf.measuring import brick_timing
 
     brick_options = brick_options or options
     log = log or (lambda line: None)
@@ -420,7 +423,6 @@ def run_job(
     Returns:
         (report, {G: GranularityResult}); the report as in report.json.
     """
-    from dlbricks_tf.machine.fingerprint import system_fingerprint
 
     fingerprint = fingerprint or system_fingerprint()
     report = new_report(fingerprint, settings, brick_options or options)
