@@ -43,7 +43,12 @@ from pathlib import Path
 
 from absl import app, flags, logging
 
-from benchmarks import noisy_neighbour, sampling_flags, sweep_flags
+from benchmarks import (
+    neighbour_flags,
+    noisy_neighbour,
+    sampling_flags,
+    sweep_flags,
+)
 from dlbricks_tf.cli import model_flags, shared_flags, timing_flags
 from dlbricks_tf.cutting import split as split_lib
 from dlbricks_tf.models import corpus
@@ -66,18 +71,6 @@ _LENGTH = flags.DEFINE_integer(
     corpus.HUB_LENGTH,
     "--hub: the sequence length the models are cut and timed at.",
     lower_bound=1,
-)
-_NEIGHBOUR = flags.DEFINE_enum(
-    "neighbour",
-    "none",
-    list(noisy_neighbour.KINDS),
-    "Run a seeded noisy neighbour beside the whole run "
-    "(benchmarks.noisy_neighbour): a CPU spinner or a memory-bandwidth "
-    "streamer on one core, in random 0.3-3 s bursts; its summary goes "
-    "into report.json.",
-)
-_NEIGHBOUR_SEED = flags.DEFINE_integer(
-    "neighbour_seed", 0, "Seed of the neighbour's bursts."
 )
 _RECHECK = flags.DEFINE_integer(
     "recheck",
@@ -276,7 +269,8 @@ def main(argv: list[str]) -> None:
     with (
         Store(out / "store.sqlite") as store,
         noisy_neighbour.running(
-            _NEIGHBOUR.value, _NEIGHBOUR_SEED.value
+            neighbour_flags.NEIGHBOUR.value,
+            neighbour_flags.NEIGHBOUR_SEED.value,
         ) as neighbour,
     ):
         for g in granularities:

@@ -5,7 +5,7 @@ bricks, times the suite in one process (`dlbricks bench --suite`), times
 the whole models later in another (`dlbricks measure`) and estimates from
 the recipes and the store (`dlbricks estimate --recipe`). Nothing cancels
 the machine's drift between those processes. This script runs that flow
-as a user does, each command a process of its own, with `--pause_s`
+as a user does, each command a process of its own, with `--measure_after_s`
 between `bench --suite` and `measure`, then `dlbricks run` on the same
 models into a store of its own, `--runs` times over; with `--neighbour`
 a seeded noisy neighbour (benchmarks.noisy_neighbour) runs beside every
@@ -34,41 +34,38 @@ from pathlib import Path
 
 from absl import app, flags
 
-from benchmarks import noisy_neighbour
+from benchmarks import neighbour_flags, noisy_neighbour
+from dlbricks_tf.cli import (
+    model_flags,
+    settings_flags,
+    shared_flags,
+    timing_flags,
+)
 
-_MODELS = flags.DEFINE_list(
-    "models",
-    ["MobileNetV2", "ResNet50", "EfficientNetB0", "DenseNet121"],
-    "keras.applications models (or .keras files) to take through the flow.",
-)
-_GRANULARITY = flags.DEFINE_integer("granularity", 1, "G of the suite.")
-_THREADS = flags.DEFINE_integer("intra_op_threads", 2, "Intra-op threads.")
 _RUNS = flags.DEFINE_integer("runs", 2, "Times the whole flow is run.")
-_PAUSE = flags.DEFINE_float(
-    "pause_s", 60.0, "Seconds between `bench --suite` and `measure`."
+_MEASURE_AFTER = flags.DEFINE_float(
+    "measure_after_s", 60.0, "Seconds between `bench --suite` and `measure`."
 )
-_OUT = flags.DEFINE_string(
-    "out", "dlbricks_out/suite_flow", "Folder of the suite, stores, report."
-)
-_NEIGHBOUR = flags.DEFINE_enum(
-    "neighbour",
-    "none",
-    list(noisy_neighbour.KINDS),
-    "A seeded noisy neighbour beside every timing command.",
-)
-_NEIGHBOUR_SEED = flags.DEFINE_integer(
-    "neighbour_seed", 0, "Seed of the neighbour's bursts."
-)
-_REFERENCE = flags.DEFINE_bool(
-    "reference",
-    False,
-    "Pass --reference to every timing command: each batch of samples "
-    "scaled to the machine's reference state "
-    "(dlbricks_tf.measuring.reference), the design aimed at drift between "
-    "processes.",
-)
+# The four models of the flow unless --models says otherwise.
+MODELS = ["MobileNetV2", "ResNet50", "EfficientNetB0", "DenseNet121"]
 # Bricks faster than this have meaningless relative differences.
 _MIN_BRICK_MS = 0.02
+
+
+def _models() -> list[str]:
+    return model_flags.MODELS.value or MODELS
+
+
+def _granularity() -> int:
+    (g,) = model_flags.granularities()
+    return g
+
+
+def _threads() -> int:
+    """--intra_op_threads, or the CLI's default (the physical cores)."""
+    from dlbricks_tf.machine import process
+
+    return settings_flags.INTRA.value or process.physical_cores()
 
 
 def _dlbricks(*args: str, neighbour: bool = True) -> float:
@@ -76,8 +73,8 @@ def _dlbricks(*args: str, neighbour: bool = True) -> float:
     command = [sys.executable, "-m", "tools.dlbricks", *args]
     print("$ dlbricks " + " ".join(args), flush=True)
     start = time.perf_counter()
-    kind = _NEIGHBOUR.value if neighbour else "none"
-    with noisy_neighbour.running(kind, _NEIGHBOUR_SEED.value):
+    kind = neighbour_flags.NEIGHBOUR.value if neighbour else "none"
+    with noisy_neighbour.running(kind, neighbour_flags.NEIGHBOUR_SEED.value):
         done = subprocess.run(command, capture_output=True, text=True)
     if done.returncode:
         sys.exit(
@@ -121,7 +118,7 @@ def _key():
     from dlbricks_tf.machine.fingerprint import system_fingerprint
 
     settings = settings_lib.RunSettings.default(
-        1, intra_op_threads=_THREADS.value, inter_op_threads=1
+        1, intra_op_threads=_threads(), inter_op_threads=1
     )
     return settings, system_fingerprint()
 
@@ -157,10 +154,10 @@ def _share_reference_state(source: Path, target: Path) -> None:
 
 def _flow(run: int, out: Path, recipes: list[Path]) -> dict:
     """One pass: bench --suite, pause, measure, then run; its figures."""
-    models = ",".join(_MODELS.value)
-    g = str(_GRANULARITY.value)
-    threads = f"--intra_op_threads={_THREADS.value}"
-    reference = f"--{'' if _REFERENCE.value else 'no'}reference"
+    models = ",".join(_models())
+    g = str(_granularity())
+    threads = f"--intra_op_threads={_threads()}"
+    reference = f"--{'' if timing_flags.REFERENCE.value else 'no'}reference"
     suite_db, run_db = out / f"suite{run}.sqlite", out / f"run{run}.sqlite"
     for db in (suite_db, run_db):
         db.unlink(missing_ok=True)
@@ -171,9 +168,9 @@ def _flow(run: int, out: Path, recipes: list[Path]) -> dict:
         threads,
         reference,
     )
-    if _REFERENCE.value:
+    if timing_flags.REFERENCE.value:
         _share_reference_state(suite_db, run_db)
-    time.sleep(_PAUSE.value)
+    time.sleep(_MEASURE_AFTER.value)
     measure_s = _dlbricks(
         "measure", f"--models={models}", f"--db={suite_db}", threads, reference
     )
@@ -210,7 +207,7 @@ def _table(results: list[dict]) -> str:
         "|---:|---|---:|---:|",
     ]
     for r in results:
-        for model in _MODELS.value:
+        for model in _models():
             name = Path(model).stem if model.endswith(".keras") else model
             flow = r["suite_flow"].get(name, math.nan)
             direct = r["run_command"].get(name, math.nan)
@@ -224,7 +221,7 @@ def _table(results: list[dict]) -> str:
     for r in results:
         flow = sum(0.9 <= v <= 1.1 for v in r["suite_flow"].values())
         direct = sum(0.9 <= v <= 1.1 for v in r["run_command"].values())
-        n = len(_MODELS.value)
+        n = len(_models())
         lines.append(
             f"| {r['run']} | {flow}/{n} | {direct}/{n} "
             f"| {100 * r['brick_median_rel_diff']:.1f}% "
@@ -237,17 +234,21 @@ def _table(results: list[dict]) -> str:
 def main(argv: list[str]) -> None:
     if len(argv) > 1:
         raise app.UsageError(f"Unexpected arguments: {argv[1:]}")
-    if _RUNS.value < 1 or _PAUSE.value < 0:
-        raise app.UsageError("--runs must be 1 or more and --pause_s >= 0.")
+    if len(model_flags.granularities()) != 1:
+        raise app.UsageError("--granularity takes one G here.")
+    if _RUNS.value < 1 or _MEASURE_AFTER.value < 0:
+        raise app.UsageError(
+            "--runs must be 1 or more and --measure_after_s >= 0."
+        )
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
-    out = Path(_OUT.value)
+    out = Path(shared_flags.OUT.value)
     out.mkdir(parents=True, exist_ok=True)
     recipes_dir = out / "recipes"
     if not (out / "suite" / "manifest.json").exists():
         _dlbricks(
             "export",
-            f"--models={','.join(_MODELS.value)}",
-            f"--granularity={_GRANULARITY.value}",
+            f"--models={','.join(_models())}",
+            f"--granularity={_granularity()}",
             f"--suite={out / 'suite'}",
             f"--recipes={recipes_dir}",
             neighbour=False,
@@ -262,4 +263,5 @@ def main(argv: list[str]) -> None:
 
 
 if __name__ == "__main__":
+    flags.FLAGS.set_default("out", "dlbricks_out/suite_flow")
     app.run(main)

@@ -683,7 +683,7 @@ _OLD_BRICKS = {"a": _timing(1.25), "n": _timing(3.0, noisy=True)}
 
 def _old_schema_file(path, version):
     """Writes a store with the tables and rows schema `version` had."""
-    old = [n for n in store_lib._STATS if not n.startswith("mean")]
+    old = [n for n in database._STATS if not n.startswith("mean")]
     with contextlib.closing(sqlite3.connect(path)) as db, db:
         db.executescript(_OLD_SCHEMAS[version])
         db.execute(
@@ -756,7 +756,7 @@ def test_old_schema_file_reads_back_unchanged(tmp_path, version):
            for k, t in _OLD_BRICKS.items()}  # fmt: skip
     for _ in range(2):  # Upgraded when first opened, then as it is now.
         with store_lib.Store(path) as store:
-            assert store.schema_version == store_lib.SCHEMA_VERSION
+            assert store.schema_version == database.SCHEMA_VERSION
             assert store.results(SETTINGS, FP, accept_noisy=True) == old
             assert store.missing(["a", "n", "x"], SETTINGS, FP) == ["n", "x"]
             assert store.get_model("m", SETTINGS, FP) == dataclasses.replace(
