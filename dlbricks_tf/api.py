@@ -55,9 +55,10 @@ class ModelResult:
         estimated_ms: The sum of its bricks' latencies (nan if a brick
             failed).
         low_ms: Lower bound of the estimate's range: from `run`, the
-            bricks' 95% bounds widened by the machine's variation seen in
-            the run's other models (`dlbricks_tf.estimating.ranges`); from
-            `estimate`, the bricks' bounds alone.
+            bricks' 95% precision and the machine's variation seen in the
+            run's other models, in quadrature
+            (`dlbricks_tf.estimating.ranges`); from `estimate`, every
+            brick at the low end of its 95% interval at once.
         high_ms: Upper bound.
         normalized: estimated / measured (None without a measurement).
         failed_bricks: {signature: reason} of its bricks that could not

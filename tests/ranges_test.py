@@ -8,15 +8,14 @@ from dlbricks_tf.estimating import ranges
 from dlbricks_tf.stats import t975
 
 
-def _row(model, estimated, measured, low=None, high=None, bricks=("a",)):
+def _row(model, estimated, measured, precision=0.0, bricks=("a",)):
     return {
         "model": model,
         "estimated_ms": estimated,
         "measured_ms": measured,
-        "bricks_low_ms": estimated if low is None else low,
-        "bricks_high_ms": estimated if high is None else high,
-        "estimated_low_ms": estimated if low is None else low,
-        "estimated_high_ms": estimated if high is None else high,
+        "estimate_precision": precision,
+        "estimated_low_ms": estimated * (1 - precision),
+        "estimated_high_ms": estimated * (1 + precision),
         "uncertain_bricks": list(bricks),
     }
 
@@ -38,51 +37,52 @@ def test_each_model_is_widened_by_the_others_ratios_alone():
     assert rows[4]["machine_half"] < rows[0]["machine_half"]
 
 
-def test_bricks_and_machine_add_in_quadrature_on_each_side():
-    rows = [_row("x", 100.0, 100.0, low=97.0, high=104.0)]
-    rows += [_row(f"m{i}", 10.0 * r, 10.0) for i, r in enumerate((1.0,) * 3)]
+def test_bricks_and_machine_add_in_quadrature():
+    rows = [_row("x", 100.0, 100.0, precision=0.03)]
+    rows += [_row(f"m{i}", 10.0, 10.0) for i in range(3)]
     rows[1]["estimated_ms"] = 10.0 * math.exp(0.03)  # others: RMS 0.03/sqrt3
     ranges.widen(rows)
     machine = t975(3) * 0.03 / math.sqrt(3)
-    assert rows[0]["estimated_low_ms"] == pytest.approx(
-        100 - math.hypot(3.0, 100 * machine)
-    )
-    assert rows[0]["estimated_high_ms"] == pytest.approx(
-        100 + math.hypot(4.0, 100 * machine)
-    )
+    half = math.hypot(0.03, machine)
+    assert rows[0]["range_half"] == pytest.approx(half)
+    assert rows[0]["estimated_low_ms"] == pytest.approx(100 * (1 - half))
+    assert rows[0]["estimated_high_ms"] == pytest.approx(100 * (1 + half))
 
 
 def test_too_few_other_models_leave_the_bricks_range_and_say_so():
-    rows = [_row(f"m{i}", 10.0, 10.0, low=9.5, high=10.4) for i in range(2)]
+    rows = [_row(f"m{i}", 10.0, 10.0, precision=0.04) for i in range(2)]
     ranges.widen(rows)
     for row in rows:
         assert row["machine_half"] is None
-        assert (row["estimated_low_ms"], row["estimated_high_ms"]) == (
-            9.5,
-            10.4,
-        )
-        assert row["range_half"] == pytest.approx(0.05)  # the larger side
+        assert row["estimated_low_ms"] == pytest.approx(9.6)
+        assert row["estimated_high_ms"] == pytest.approx(10.4)
+        assert row["range_half"] == pytest.approx(0.04)
         assert row["range_flag"] == ""
 
 
 def test_a_wide_range_is_flagged_with_its_larger_cause():
     # Bricks +-15% in x; the others agree exactly: the bricks are named.
-    rows = [_row("x", 10.0, 10.0, 8.5, 11.5, bricks=("conv_1", "bn_2"))]
+    rows = [_row("x", 10.0, 10.0, 0.15, bricks=("conv_1", "bn_2"))]
     rows += [_row(f"m{i}", 10.0, 10.0) for i in range(3)]
     ranges.widen(rows)
     assert rows[0]["range_flag"] == "bricks: conv_1, bn_2"
     assert [r["range_flag"] for r in rows[1:]] == ["", "", ""]
-    # The others miss by 20% either way: the machine is named.
-    rows = [_row("x", 10.0, 10.0, 9.9, 10.1)]
-    rows += [_row(f"m{i}", 10.0 * r, 10.0) for i, r in enumerate((1.2, 0.8))]
-    rows += [_row("m3", 10.0 * 1.2, 10.0)]
+    # The others miss by 20% either way: the machine is named, with its
+    # RMS and its 95% half-width.
+    rows = [_row("x", 10.0, 10.0, 0.01)]
+    rows += [_row(f"m{i}", 10.0 * r, 10.0) for i, r in enumerate((1.2, 1.2))]
+    rows += [_row("m3", 10.0 / 1.2, 10.0)]
     ranges.widen(rows)
-    assert rows[0]["range_flag"].startswith("machine: +-")
+    spread = math.log(1.2)
+    assert rows[0]["range_flag"] == (
+        f"machine: the other models missed by {100 * spread:.1f}% RMS, "
+        f"+-{100 * t975(3) * spread:.1f}% at 95%"
+    )
 
 
 def test_widening_twice_gives_the_same_ranges():
     rows = [
-        _row(f"m{i}", 10.0 * r, 10.0, 9.0, 11.5)
+        _row(f"m{i}", 10.0 * r, 10.0, 0.02)
         for i, r in enumerate((1, 1.05, 0.97, 1.02))
     ]
     ranges.widen(rows)
@@ -91,18 +91,21 @@ def test_widening_twice_gives_the_same_ranges():
     assert rows == first
 
 
-def test_rows_without_an_estimate_are_left_alone_and_not_counted():
+def test_rows_without_an_estimate_or_a_precision_are_left_alone():
     rows = [_row(f"m{i}", 10.0, 10.0) for i in range(4)]
     rows.append(_row("failed", math.nan, 10.0))
+    old = _row("old", 10.0, 10.0)
+    del old["estimate_precision"]  # a row written before it was kept
+    rows.append(old)
     ranges.widen(rows)
-    assert "range_half" not in rows[-1]
+    assert "range_half" not in rows[-2] and "range_half" not in rows[-1]
     assert rows[0]["machine_half"] == 0.0  # the others agree exactly
     summary = ranges.summary(rows)
-    assert summary == {"range_holds": 4, "flagged": 0, "machine_variation": 0.0}
+    assert summary == {"range_holds": 5, "flagged": 0, "machine_variation": 0.0}
 
 
 def test_summary_counts_holds_and_flags():
-    rows = [_row("x", 10.0, 12.0, 8.0, 11.0), _row("y", 10.0, 10.5, 9.0, 11.0)]
+    rows = [_row("x", 10.0, 12.0, 0.1), _row("y", 10.0, 10.5, 0.1)]
     rows[0]["range_flag"] = "bricks: a"
     summary = ranges.summary(rows)
     assert (summary["range_holds"], summary["flagged"]) == (1, 1)

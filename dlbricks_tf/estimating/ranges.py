@@ -1,12 +1,15 @@
 """An estimate's range: its bricks' precision and the machine's own variation.
 
 The bricks' 95% intervals bound what sampling leaves uncertain in an
-estimate. They say nothing of what the machine does between the minutes
-its bricks were timed and the minute the model runs: on a shared VM whole
-models move by 5-20% from one minute to the next, far beyond the
-intervals. So a range built from the bricks alone misses the measured
-latency for many models, and a user cannot tell a good estimate from a
-lucky one.
+estimate: their half-widths add in quadrature (`estimate_precision`; the
+bricks are sampled independently), not end to end, which would assume
+every brick errs the same way at once. What does move every brick the
+same way is the machine, and the intervals say nothing of what it does
+between the minutes the bricks were timed and the minute the model runs:
+on a shared VM whole models move by 5-20% from one minute to the next,
+far beyond the intervals. So a range built from the bricks alone misses
+the measured latency for many models, and a user cannot tell a good
+estimate from a lucky one.
 
 The machine's part is measured in the same run, from the other models:
 every model that `run` measures end to end says how far this machine's
@@ -18,7 +21,7 @@ with as many degrees of freedom as there are others (the interval of one
 new draw of a spread known from n draws around 0: 4.30 from two others,
 2.18 from twelve), with at least `MIN_OTHERS` of them; with fewer the
 range is the bricks' alone, and the row says so (`machine_half` None).
-The two parts add in quadrature on each side of the estimate.
+The two parts add in quadrature, the same on each side of the estimate.
 
 A model is flagged when its range is wider than +-10% (the accuracy the
 tool promises) and the row says why: the bricks whose intervals weigh most
@@ -71,53 +74,64 @@ def machine_halves(rows: Sequence[Mapping[str, Any]]) -> list[float | None]:
         Per row, the relative half-width the machine's variation adds, or
         None when fewer than `MIN_OTHERS` other rows have a ratio.
     """
+    return [m if m is None else m[0] for m in _machine(rows)]
+
+
+def _machine(
+    rows: Sequence[Mapping[str, Any]],
+) -> list[tuple[float, float] | None]:
+    """Per row, (t975(n) x RMS, RMS) over its n others, or None."""
     ratios = [log_ratio(r) for r in rows]
-    out: list[float | None] = []
+    out: list[tuple[float, float] | None] = []
     for i in range(len(rows)):
         others = [r for j, r in enumerate(ratios) if j != i and r is not None]
         n = len(others)
-        out.append(t975(n) * rms(others) if n >= MIN_OTHERS else None)
+        spread = rms(others)
+        out.append((t975(n) * spread, spread) if n >= MIN_OTHERS else None)
     return out
 
 
 def widen(rows: Sequence[MutableMapping[str, Any]]) -> None:
     """Sets each estimated row's range to its bricks' and machine's parts.
 
-    Reads `estimated_ms`, `bricks_low_ms`, `bricks_high_ms` (the bounds
-    from the bricks' intervals, `rows.model_row`), `estimate_precision` and
-    `uncertain_bricks`; writes `estimated_low_ms`, `estimated_high_ms`,
-    `machine_half` (None when the run has too few other models),
-    `range_half` (the larger side over the estimate) and `range_flag`
-    ("" within +-10%, else why). Idempotent: a second call over more rows
-    recomputes every range from the bricks' bounds.
+    Reads `estimated_ms`, `measured_ms`, `estimate_precision` (the bricks'
+    relative half-width, in quadrature) and `uncertain_bricks`; writes
+    `estimated_low_ms`, `estimated_high_ms`, `machine_half` (None when the
+    run has too few other models), `range_half` (over the estimate) and
+    `range_flag` ("" within +-10%, else why). Idempotent: a second call
+    over more rows recomputes every range.
 
     Args:
-        rows: Model rows of one G; rows without an estimate are left alone.
+        rows: Model rows of one G; rows without an estimate or without
+            `estimate_precision` (written before it) are left alone.
     """
-    halves = machine_halves(rows)
-    for row, machine in zip(rows, halves, strict=True):
+    for row, machine in zip(rows, _machine(rows), strict=True):
         est = row.get("estimated_ms")
-        if est is None or math.isnan(est) or "bricks_low_ms" not in row:
+        bricks = row.get("estimate_precision")
+        if est is None or bricks is None or math.isnan(est) or est <= 0:
             continue
-        extra = (machine or 0.0) * est
-        low = est - math.hypot(est - row["bricks_low_ms"], extra)
-        high = est + math.hypot(row["bricks_high_ms"] - est, extra)
-        half = max(est - low, high - est) / est if est > 0 else math.inf
-        row["estimated_low_ms"] = low
-        row["estimated_high_ms"] = high
-        row["machine_half"] = machine
+        half = math.hypot(bricks, machine[0] if machine else 0.0)
+        row["estimated_low_ms"] = est * (1 - half)
+        row["estimated_high_ms"] = est * (1 + half)
+        row["machine_half"] = machine[0] if machine else None
         row["range_half"] = half
-        row["range_flag"] = _why(row, half, machine)
+        row["range_flag"] = _why(row, half, bricks, machine)
 
 
-def _why(row: Mapping[str, Any], half: float, machine: float | None) -> str:
+def _why(
+    row: Mapping[str, Any],
+    half: float,
+    bricks: float,
+    machine: tuple[float, float] | None,
+) -> str:
     """ "" for a range within the promise, else what widens it most."""
     if half <= PROMISE:
         return ""
-    bricks = (row["bricks_high_ms"] - row["bricks_low_ms"]) / 2
-    bricks /= row["estimated_ms"]
-    if machine is not None and machine >= bricks:
-        return f"machine: +-{100 * machine:.0f}% from the other models' misses"
+    if machine is not None and machine[0] >= bricks:
+        return (
+            f"machine: the other models missed by {100 * machine[1]:.1f}% "
+            f"RMS, +-{100 * machine[0]:.1f}% at 95%"
+        )
     named = ", ".join(row.get("uncertain_bricks") or ())
     return f"bricks: {named}" if named else "bricks"
 

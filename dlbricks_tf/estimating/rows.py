@@ -79,13 +79,12 @@ def model_row(
             "normalized_min": nan,
             "estimated_low_ms": nan,
             "estimated_high_ms": nan,
-            "bricks_low_ms": nan,
-            "bricks_high_ms": nan,
             "noisy_bricks": 0,
             "estimate_precision": nan,
         }
     counts = collections.Counter(b.signature for b in d.bricks)
     seq = estimate_lib.estimate(d, results, "sequential")
+    width = precision.estimate_precision(counts, results)
     par = estimate_lib.estimate(d, results, "parallel")
     return {
         **row,
@@ -106,15 +105,14 @@ def model_row(
             if m.min_ms > 0
             else math.inf
         ),
-        # The range: the bricks' bounds until `ranges.widen` adds the
+        # The range: the bricks' precision until `ranges.widen` adds the
         # machine's variation over the run's other models.
-        "estimated_low_ms": seq.low_ms,
-        "estimated_high_ms": seq.high_ms,
-        "bricks_low_ms": seq.low_ms,
-        "bricks_high_ms": seq.high_ms,
+        "estimated_low_ms": seq.ms * (1 - width),
+        "estimated_high_ms": seq.ms * (1 + width),
         "noisy_bricks": len(seq.noisy_signatures),
-        # The relative half-width the bricks' intervals leave the estimate.
-        "estimate_precision": precision.estimate_precision(counts, results),
+        # The relative half-width the bricks' intervals leave the estimate
+        # (in quadrature: the bricks are sampled independently).
+        "estimate_precision": width,
         # The bricks whose intervals weigh most in it (count x half-width).
         "uncertain_bricks": [
             s
