@@ -1,4 +1,4 @@
-r"""The ranges of report.json files, recomputed: how many hold, how many are wide.
+r"""Ranges of report.json files, recomputed: how many hold, how many are wide.
 
 A report's ranges depend only on its rows (each model's estimate,
 measurement and bricks' precision; `dlbricks_tf.estimating.ranges`), so
@@ -31,9 +31,7 @@ def figures(rows: Sequence[dict]) -> dict:
     halves = [r["range_half"] for r in estimated if "range_half" in r]
     return {
         "models": len(estimated),
-        "within_10pct": sum(
-            0.9 <= r["normalized"] <= 1.1 for r in estimated
-        ),
+        "within_10pct": sum(0.9 <= r["normalized"] <= 1.1 for r in estimated),
         **ranges.summary(estimated),
         "median_range_half": stats.median(halves) if halves else math.nan,
     }
