@@ -43,6 +43,7 @@ import tensorflow as tf
 
 from dlbricks_tf import errors
 from dlbricks_tf.cutting import synthetic
+from dlbricks_tf.measuring.timing_loop import pack_inputs
 
 MAX_OPSET = 18
 # Largest accepted |ONNX - Keras| over an output, as a fraction of
@@ -73,18 +74,6 @@ class OnnxInfo:
 def input_names(model: keras.Model) -> tuple[str, ...]:
     """The names `to_onnx` gives a model's inputs: input_0, input_1, ..."""
     return tuple(f"input_{i}" for i in range(len(model.inputs)))
-
-
-def _pack(model: keras.Model, flat: list[tf.Tensor]):
-    if len(flat) == 1:
-        return flat[0]
-    target = model
-    if isinstance(model, keras.Sequential):
-        target = getattr(model, "_functional", None) or model
-    struct = getattr(target, "_inputs_struct", None)
-    if struct is not None:
-        return keras.tree.pack_sequence_as(struct, flat)
-    return flat
 
 
 def to_onnx(
@@ -124,7 +113,7 @@ def to_onnx(
 
     @tf.function(input_signature=specs)
     def call(*xs):
-        outputs = model(_pack(model, list(xs)), training=False)
+        outputs = model(pack_inputs(model, list(xs)), training=False)
         return tf.nest.flatten(outputs)
 
     # Tensors the model captured as eager constants (not variables, e.g.
@@ -265,7 +254,7 @@ def check_outputs(
             f"Model {model.name!r}: ONNX Runtime cannot run its ONNX file: "
             f"{_first_line(e)}"
         ) from e
-    packed = _pack(model, [tf.constant(x) for x in xs])
+    packed = pack_inputs(model, [tf.constant(x) for x in xs])
     want = keras.tree.flatten(model(packed, training=False))
     for i, (g, w) in enumerate(zip(got, want, strict=True)):
         error = _relative_error(np.asarray(g), np.asarray(w))
