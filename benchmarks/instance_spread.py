@@ -1,5 +1,9 @@
 r"""How far apart one brick's medians fall: within one timer, across timers.
 
+With --models, the same for whole models (keras.applications names), on
+their means, as `run` measures them: whether a whole model's own trace
+sets its speed too, so that one measurement of it is one draw.
+
 A brick "timed in two runs" is traced into two `tf.function`s, each with
 its own executor. For a few single-layer bricks, this times each one with
 --instances fresh `Timer`s (a new trace each) and --repeats measurements
@@ -19,6 +23,8 @@ closely than that, however many samples it takes.
 
 Usage:
     python -m benchmarks.instance_spread --intra_op_threads=1
+    python -m benchmarks.instance_spread --models=MobileNetV2,ResNet50 \
+        --instances=4 --intra_op_threads=2
 """
 
 from __future__ import annotations
@@ -28,10 +34,10 @@ import os
 from absl import app, flags
 
 from benchmarks import repeat_flags
-from dlbricks_tf.cli import settings_flags
+from dlbricks_tf.cli import model_flags, settings_flags
 
 # Shown by --helpshort.
-for _name in ("intra_op_threads", "repeats"):
+for _name in ("intra_op_threads", "repeats", "models"):
     flags.declare_key_flag(_name)
 _INSTANCES = flags.DEFINE_integer(
     "instances", 10, "Fresh timers (traces) per brick.", lower_bound=2
@@ -73,12 +79,21 @@ def main(argv: list[str]) -> None:
     from dlbricks_tf import stats
     from dlbricks_tf.measuring import timing
 
-    # The campaign's brick options (benchmarks/accuracy.py's defaults).
-    options = timing.TimingOptions(max_samples=60, max_seconds=1.0)
+    names = model_flags.MODELS.value
+    if names:  # Whole models, to their own precision; their means.
+        from dlbricks_tf.models import sources
+
+        models = [s.build(True) for s in sources.resolve_models(names)]
+        options, figure = timing.TimingOptions(), "center_ms"
+    else:  # The campaign's brick options (benchmarks/accuracy.py's).
+        models = _bricks()
+        options = timing.TimingOptions(max_samples=60, max_seconds=1.0)
+        figure = "median_ms"
+    what = "means" if names else "medians"
     print(f"settings {settings.key()}")
-    print("| brick | within one timer | across timers | medians us |")
+    print(f"| model | within one timer | across timers | {what} us |")
     print("|---|---:|---:|---|")
-    for model in _bricks():
+    for model in models:
         runs = []
         for _ in range(_INSTANCES.value):
             timer = timing.Timer(model, settings, options)
@@ -87,7 +102,7 @@ def main(argv: list[str]) -> None:
                 if r:
                     timer.restart()
                 result = timing.time_interleaved([timer])[0]
-                medians.append(result.median_ms * 1e3)
+                medians.append(getattr(result, figure) * 1e3)
             runs.append(medians)
         within = stats.median([max(m) / min(m) - 1 for m in runs])
         firsts = [m[0] for m in runs]
