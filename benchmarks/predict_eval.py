@@ -52,7 +52,7 @@ from absl import app, flags
 
 from benchmarks import eval_flags, figures, stores
 from dlbricks_tf import stats
-from dlbricks_tf.cli import model_flags
+from dlbricks_tf.cli import bench_command, model_flags
 
 # Shown by --helpshort.
 flags.adopt_module_key_flags(eval_flags)
@@ -66,13 +66,10 @@ _METHOD = flags.DEFINE_enum(
 _SETUP_MS = flags.DEFINE_float(
     "setup_ms", None, "Campaign setup per brick, ms (see the docstring)."
 )
-_PROBES = flags.DEFINE_bool(
-    "probes",
-    True,
-    "Learn from the probe corpus's stored bricks too "
-    "(dlbricks_tf.models.probes, timed by `dlbricks bench --probes` into "
-    "the same store), beside the other families'.",
-)
+# The command line's --probes (`bench --probes` times the probe corpus),
+# read here as: learn from the probe corpus's stored bricks too, beside
+# the other families' (on by default, see the end of this file).
+_PROBES = bench_command.PROBES
 
 
 def _campaign_s(signatures, results, setup_s: float) -> float:
@@ -304,4 +301,5 @@ def main(argv):
 
 
 if __name__ == "__main__":
+    flags.FLAGS.set_default("probes", True)
     app.run(main)

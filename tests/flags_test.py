@@ -19,15 +19,9 @@ from tests import cli
 _DEFINE = re.compile(r'flags\.DEFINE_\w+\(\s*"(\w+)"')
 _FOLDERS = ("dlbricks_tf", "tools", "benchmarks")
 
-# Names still defined more than once, each with the files that define it.
-# `bench --probes` times the probe corpus, `predict_eval --probes` learns
-# from it: one of them needs another name.
-REPEATED = {
-    "probes": [
-        "benchmarks/predict_eval.py",
-        "dlbricks_tf/cli/bench_command.py",
-    ],
-}
+# Names still defined more than once, each with the files that define it:
+# none (benchmarks/predict_eval.py reads the command line's --probes).
+REPEATED = {}
 
 
 def _sources() -> dict[str, str]:
