@@ -24,8 +24,9 @@ Example:
 from __future__ import annotations
 
 import dataclasses
+import math
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Protocol
 
 from dlbricks_tf import errors, stats
@@ -252,6 +253,44 @@ class AdaptiveSampling:
     def overhead_per_call_ms(self) -> float:
         """Machinery cost subtracted from each sample, per model call."""
         raise NotImplementedError
+
+    def _choose_sizes(
+        self,
+        warm_ms: Sequence[float],
+        durations_ms: Callable[[int, int], Sequence[float]],
+        empty_ms: float = 0.0,
+    ) -> None:
+        """Sets `_n` (loop iterations per sample) and `_s` (samples per
+        batch), the one rule of every timer.
+
+        K is guessed from the fastest warm-up iteration, then corrected
+        once from the median of two samples at the guessed length (which
+        also warms the loop up at its final length), so that a sample
+        lasts `target_sample_ms`. A long sample (a whole model) is taken a
+        few at a time, so that interleaved timers sample it at many
+        moments, not in one burst.
+
+        Args:
+            warm_ms: Durations of single warm-up iterations, ms.
+            durations_ms: (iterations, count) -> the durations of `count`
+                samples of that many iterations, ms.
+            empty_ms: What a sample of no iteration lasts (XLA's loop).
+        """
+        opts = self.options
+        target_ms = opts.target_sample_ms
+        most = max(1, opts.max_calls_per_sample // self._copies)
+
+        def iterations_for(sample_ms: float, n: int) -> int:
+            per_iteration = max((sample_ms - empty_ms) / n, 1e-4)
+            return int(min(max(math.ceil(target_ms / per_iteration), 1), most))
+
+        n = iterations_for(min(warm_ms), 1)
+        if n > 1:
+            n = iterations_for(stats.median(durations_ms(n, 2)), n)
+        self._n = n
+        sample_ms = max(target_ms, min(warm_ms) * n)
+        by_time = int(opts.max_call_ms // sample_ms)
+        self._s = max(1, min(opts.samples_per_call, by_time))
 
     def restart(self):
         """Forgets the samples, keeps what was prepared; returns self.

@@ -34,7 +34,6 @@ Example:
 
 from __future__ import annotations
 
-import math
 import time
 from collections.abc import Mapping, Sequence
 
@@ -241,24 +240,7 @@ class Timer(AdaptiveSampling):
             self._loop_ms = timing_loop.loop_overhead_ms(
                 self.settings, self._copies
             )
-        target_ms = opts.target_sample_ms
-        most = max(1, opts.max_calls_per_sample // self._copies)
-
-        def iterations_for(sample_ms: float, n: int) -> int:
-            per_iteration = max((sample_ms - self._empty_ms) / n, 1e-4)
-            return int(min(max(math.ceil(target_ms / per_iteration), 1), most))
-
-        # Guess from one iteration, then correct once at the guessed length
-        # (which also warms the loop up at its final length).
-        n = iterations_for(min(warm), 1)
-        if n > 1:
-            n = iterations_for(stats.median(self.durations_ms(n, 2)), n)
-        self._n = n
-        # A long sample (a whole model) is taken a few at a time, so that
-        # interleaved timers sample it at many moments, not in one burst.
-        sample_ms = max(target_ms, min(warm) * n)
-        by_time = int(opts.max_call_ms // sample_ms)
-        self._s = max(1, min(opts.samples_per_call, by_time))
+        self._choose_sizes(warm, self.durations_ms, self._empty_ms)
 
     @property
     def inputs(self) -> list[list[np.ndarray]]:
