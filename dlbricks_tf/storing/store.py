@@ -50,17 +50,9 @@ from dlbricks_tf.storing.database import (
 class Store(Database):
     """A results database in one SQLite file (created if absent).
 
-    Args:
-        path: File path; ":memory:" for a throw-away store.
-        timeout_s: How long one attempt waits for another writer's lock.
-        retries: Further attempts of a read or write that still found the
-            database locked or busy, after a jittered back-off that doubles
-            from 50 ms to 2 s.
-
-    Raises:
-        StoreError: If the path is a folder or cannot be opened, or the file
-            is not SQLite, not a store, corrupt or of a newer schema; the
-            file is then not modified.
+    Opened as a `Database` (the same arguments and errors); this class
+    adds what is stored in it: timings, failures, predictors, reference
+    states, and export and merge (`dlbricks_tf.storing.merging`).
     """
 
     @staticmethod
@@ -425,16 +417,6 @@ class Store(Database):
         merging.write_csv(path, self.rows(kind), key)
 
     def merge_from(self, other: str | Path) -> int:
-        """Copies results absent here from another store file.
-
-        The other file is read in full first, then everything is written in
-        one transaction: a merge stopped half way adds nothing. Failures are
-        copied too, except for bricks that either file holds a timing of.
-
-        Returns:
-            The number of results added (failures not counted).
-
-        Raises:
-            StoreError: If either file cannot be used.
-        """
+        """Copies results absent here from another store file; the number
+        added (see `dlbricks_tf.storing.merging.merge`)."""
         return merging.merge(self, other)
