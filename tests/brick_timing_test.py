@@ -65,7 +65,9 @@ def test_every_brick_is_stored_and_a_broken_one_is_recorded(tmp_path, settings):
         failures = store.failures(settings, fp)
     assert set(summary.timed) == set(seen) == set(suite.signatures)
     assert set(stored) == set(suite.signatures)
-    assert all(t.median_ms > 0 and t.mean_ms > 0 for t in stored.values())
+    # A near-empty brick can read 0 once the loop's own cost is taken off
+    # (on a loaded machine): a timing is stored for every brick, never < 0.
+    assert all(t.median_ms >= 0 and t.mean_ms >= 0 for t in stored.values())
     assert failed == [("broken", "ValueError: cannot build this one")]
     assert failures == {"broken": "ValueError: cannot build this one"}
     assert summary.failed == tuple(failed)
