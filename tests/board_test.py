@@ -1,12 +1,8 @@
 """Tests of dlbricks_tf/reporting/board.py: every TensorBoard view read back."""
 
-import io
-
-import matplotlib.image
 import numpy as np
 import pytest
 import tensorflow as tf
-from matplotlib.container import ErrorbarContainer
 from tensorboard.backend.event_processing import event_accumulator
 from tensorboard.plugins.hparams import plugin_data_pb2
 
@@ -16,7 +12,7 @@ from dlbricks_tf.drawing import charts
 from dlbricks_tf.reporting import board, estimates_board
 from dlbricks_tf.running import job
 from dlbricks_tf.stats import Timing
-from tests import models
+from tests import chart_images, models
 
 SETTINGS = {"batch_size": 1, "intra_op_threads": 2, "inter_op_threads": 1}
 # chain's ranges at each G: measured 1.0 ms, estimated 0.5 * G ms.
@@ -208,7 +204,7 @@ def test_a_report_without_steal_or_ranges_writes_neither(tmp_path):
     assert not set(board.STEAL_METRICS) & set(session.Tags()["tensors"])
     figures = board.result_figures(report["runs"][:2], 1)
     for figure in figures.values():
-        assert _error_segments(figure.axes[0]) == {}
+        assert chart_images.error_segments(figure.axes[0]) == {}
 
 
 def test_tables_and_images(logs):
@@ -240,25 +236,11 @@ def test_tables_and_images(logs):
         width, height, png = tf.make_ndarray(
             charts.Tensors(tag)[0].tensor_proto
         )
-        image = _decode(png)
+        image = chart_images.decode(png)
         assert image.shape[:2] == (int(height), int(width))
         if tag != "similarity":
             # Wide enough to read when TensorBoard scales it to a card.
             assert 1000 <= int(width) <= 1400
-
-
-def _decode(png: bytes) -> np.ndarray:
-    return matplotlib.image.imread(io.BytesIO(png), format="png")
-
-
-def _error_segments(ax) -> dict[str, np.ndarray]:
-    """{label: [((x0, y0), (x1, y1)), ...]} of the error bars drawn."""
-    found = {}
-    for container in ax.containers:
-        if isinstance(container, ErrorbarContainer):
-            (segments,) = container.lines[2]
-            found[container.get_label()] = np.asarray(segments.get_segments())
-    return found
 
 
 def test_charts_draw_the_rows_ranges(logs):
@@ -270,12 +252,14 @@ def test_charts_draw_the_rows_ranges(logs):
     # chain (first bar, at 0): estimate 1.0 ms in 0.8..1.4 over 1.0 ms.
     assert board.normalized_range(mine[0]) == pytest.approx((0.8, 1.4))
     assert board.normalized_range(mine[1]) is None
-    bars = _error_segments(figures["normalized_latency"].axes[0])
+    bars = chart_images.error_segments(figures["normalized_latency"].axes[0])
     np.testing.assert_allclose(
         bars["estimate's range / measured"], [[(0.8, 0), (1.4, 0)]]
     )
     # Measured 1.0 ms (CI 0.9..1.25) against estimated 1.0 (0.8..1.4).
-    points = _error_segments(figures["measured_vs_estimated"].axes[0])
+    points = chart_images.error_segments(
+        figures["measured_vs_estimated"].axes[0]
+    )
     np.testing.assert_allclose(
         points["estimate's range"], [[(1, 0.8), (1, 1.4)]]
     )
@@ -288,7 +272,9 @@ def test_charts_draw_the_rows_ranges(logs):
     ]
     _, _, png = tf.make_ndarray(event.tensor_proto)
     drawn = charts.to_png(figures["normalized_latency"])
-    np.testing.assert_array_equal(_decode(png), _decode(drawn))
+    np.testing.assert_array_equal(
+        chart_images.decode(png), chart_images.decode(drawn)
+    )
 
 
 def test_estimates_show_their_sources(tmp_path):

@@ -1,31 +1,15 @@
 """Tests of dlbricks_tf/drawing/charts.py and bar_charts.py: PNGs that
 decode at their size, bars and their ranges."""
 
-import io
 import math
 
-import matplotlib.image
 import numpy as np
 import pytest
-from matplotlib.container import ErrorbarContainer
 
 from dlbricks_tf.drawing import bar_charts, charts
+from tests import chart_images
 
 NAMES = [f"Model{i}" for i in range(6)]
-
-
-def decode(png: bytes) -> np.ndarray:
-    return matplotlib.image.imread(io.BytesIO(png), format="png")
-
-
-def error_segments(ax) -> dict[str, np.ndarray]:
-    """{label: [((x0, y0), (x1, y1)), ...]} of the error bars drawn."""
-    found = {}
-    for container in ax.containers:
-        if isinstance(container, ErrorbarContainer):
-            (segments,) = container.lines[2]
-            found[container.get_label()] = np.asarray(segments.get_segments())
-    return found
 
 
 @pytest.mark.parametrize(
@@ -49,7 +33,7 @@ def error_segments(ax) -> dict[str, np.ndarray]:
 )  # fmt: skip
 def test_png_has_the_size_asked_for(make):
     png = make(size=(6.4, 4.8), dpi=100)
-    image = decode(png)
+    image = chart_images.decode(png)
     assert image.shape[:2] == (480, 640)
     assert image.shape[2] in (3, 4)
     assert charts.png_size(png) == (640, 480)
@@ -58,7 +42,7 @@ def test_png_has_the_size_asked_for(make):
 
 def test_dpi_scales_the_png():
     png = bar_charts.bar_chart(["a", "b"], [1, 2], size=(3.0, 2.0), dpi=50)
-    assert decode(png).shape[:2] == (100, 150)
+    assert chart_images.decode(png).shape[:2] == (100, 150)
 
 
 def test_default_size_grows_with_the_labels():
@@ -79,7 +63,7 @@ def test_panels_side_by_side():
         ("G=1", "G=2"), (("sys", (1.0, 0.9)),), reference=1.0
     )
     png = bar_charts.bar_panels([bars, bars], horizontal=False, size=(8, 4))
-    assert decode(png).shape[:2] == (400, 800)
+    assert chart_images.decode(png).shape[:2] == (400, 800)
 
 
 def test_mismatched_inputs_are_refused():
@@ -121,7 +105,7 @@ def test_error_bars_span_each_labelled_range(horizontal):
     ]
     if not horizontal:
         ends = [[(p, v) for v, p in segment] for segment in ends]
-    got = error_segments(ax)
+    got = chart_images.error_segments(ax)
     assert set(got) == {"range"}
     np.testing.assert_allclose(got["range"], ends)
     # The reference and band lines (not the error bars' caps).
@@ -153,7 +137,9 @@ def test_bars_without_ranges_draw_no_error_bar():
     bars = bar_charts.Bars(
         ("a", "b"), (("n", (1.0, 2.0)),), errors=(None, None)
     )
-    assert error_segments(bar_charts.bar_figure([bars]).axes[0]) == {}
+    assert (
+        chart_images.error_segments(bar_charts.bar_figure([bars]).axes[0]) == {}
+    )
 
 
 def test_error_ranges_are_checked():

@@ -4,19 +4,9 @@ import math
 
 import numpy as np
 import pytest
-from matplotlib.container import ErrorbarContainer
 
 from dlbricks_tf.drawing import charts, scatter_charts
-
-
-def error_segments(ax) -> dict[str, np.ndarray]:
-    """{label: [((x0, y0), (x1, y1)), ...]} of the error bars drawn."""
-    found = {}
-    for container in ax.containers:
-        if isinstance(container, ErrorbarContainer):
-            (segments,) = container.lines[2]
-            found[container.get_label()] = np.asarray(segments.get_segments())
-    return found
+from tests import chart_images
 
 
 def test_measured_vs_estimated_draws_both_ranges_and_the_band():
@@ -30,7 +20,7 @@ def test_measured_vs_estimated_draws_both_ranges_and_the_band():
         band=0.1,
     )
     ax = fig.axes[0]
-    got = error_segments(ax)
+    got = chart_images.error_segments(ax)
     # Vertical at the measurement; c has no estimate, so no bar.
     np.testing.assert_allclose(got["estimate's range"], [[(10, 8), (10, 10)]])
     # Horizontal at the estimate.
@@ -66,7 +56,7 @@ def test_measured_vs_estimated_numbers_many_models_with_a_key():
     listed = {t.get_text() for t in key.texts}
     assert {"1  m0", "5  m4 (not drawn)", "13  m12"} <= listed
     assert len(listed) == 13
-    assert error_segments(ax) == {}
+    assert chart_images.error_segments(ax) == {}
 
 
 def test_measured_vs_estimated_refuses_mismatched_lengths():
