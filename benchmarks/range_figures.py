@@ -20,6 +20,7 @@ from collections.abc import Sequence
 
 from absl import app
 
+from benchmarks import figures as figures_lib
 from dlbricks_tf import stats
 from dlbricks_tf.estimating import ranges
 
@@ -29,9 +30,10 @@ def figures(rows: Sequence[dict]) -> dict:
     ranges.widen(rows)
     estimated = [r for r in rows if not math.isnan(r["estimated_ms"])]
     halves = [r["range_half"] for r in estimated if "range_half" in r]
+    normalized = [r["normalized"] for r in estimated]
     return {
         "models": len(estimated),
-        "within_10pct": sum(0.9 <= r["normalized"] <= 1.1 for r in estimated),
+        "within_10pct": figures_lib.within(normalized),
         **ranges.summary(estimated),
         "median_range_half": stats.median(halves) if halves else math.nan,
     }

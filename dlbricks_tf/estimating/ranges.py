@@ -64,23 +64,11 @@ def rms(values: Sequence[float]) -> float:
     return math.sqrt(sum(v * v for v in values) / len(values))
 
 
-def machine_halves(rows: Sequence[Mapping[str, Any]]) -> list[float | None]:
-    """Each row's machine term, relative: t975(n) x RMS over n others.
-
-    Args:
-        rows: Model rows of one G (each with `estimated_ms`, `measured_ms`).
-
-    Returns:
-        Per row, the relative half-width the machine's variation adds, or
-        None when fewer than `MIN_OTHERS` other rows have a ratio.
-    """
-    return [m if m is None else m[0] for m in _machine(rows)]
-
-
 def _machine(
     rows: Sequence[Mapping[str, Any]],
 ) -> list[tuple[float, float] | None]:
-    """Per row, (t975(n) x RMS, RMS) over its n others, or None."""
+    """Per row, its machine term: (t975(n) x RMS, RMS) of the log ratios
+    of its n other rows, or None with fewer than `MIN_OTHERS` of them."""
     ratios = [log_ratio(r) for r in rows]
     out: list[tuple[float, float] | None] = []
     for i in range(len(rows)):
@@ -124,7 +112,8 @@ def _why(
     bricks: float,
     machine: tuple[float, float] | None,
 ) -> str:
-    """ "" for a range within the promise, else what widens it most."""
+    """Why a range is wider than the promise (empty if it is not): the
+    larger of the machine's term and the bricks' precision."""
     if half <= PROMISE:
         return ""
     if machine is not None and machine[0] >= bricks:
