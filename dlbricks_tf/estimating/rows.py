@@ -86,7 +86,7 @@ def model_row(
     seq = estimate_lib.estimate(d, results, "sequential")
     width = precision.estimate_precision(counts, results)
     par = estimate_lib.estimate(d, results, "parallel")
-    return {
+    row = {
         **row,
         "estimated_ms": seq.ms,
         "estimated_parallel_ms": par.ms,
@@ -105,10 +105,6 @@ def model_row(
             if m.min_ms > 0
             else math.inf
         ),
-        # The range: the bricks' precision until `ranges.widen` adds the
-        # machine's variation over the run's other models.
-        "estimated_low_ms": seq.ms * (1 - width),
-        "estimated_high_ms": seq.ms * (1 + width),
         "noisy_bricks": len(seq.noisy_signatures),
         # The relative half-width the bricks' intervals leave the estimate
         # (in quadrature: the bricks are sampled independently).
@@ -127,6 +123,10 @@ def model_row(
         "method": "timed",
         "sources": {s.label: s.share for s in seq.sources},
     }
+    # The range: the bricks' precision, until `ranges.widen` over the
+    # run's models adds the machine's variation seen in the others.
+    ranges.widen([row])
+    return row
 
 
 def corpus_row(
