@@ -83,18 +83,16 @@ def _dlbricks(*args: str, neighbour: bool = True) -> float:
     return time.perf_counter() - start
 
 
-def _timings(db: Path, kind: str) -> dict[str, dict]:
-    """{key: row} of a store's `kind` rows (one settings key per store)."""
+def _timings(db: Path, kind: str) -> dict[str, float]:
+    """{key: its latency (`Timing.center_ms`)} of a store's `kind` rows
+    (one settings key per store)."""
+    from dlbricks_tf.stats import Timing
     from dlbricks_tf.storing.store import Store
 
     with Store(db) as store:
         rows = store.rows(kind)
     column = "signature" if kind == "brick" else "model"
-    return {r[column]: r for r in rows}
-
-
-def _center(row: dict) -> float:
-    return row["median_ms"] if row.get("mean_ms") is None else row["mean_ms"]
+    return {r[column]: Timing.from_dict(r).center_ms for r in rows}
 
 
 def _median(values: list[float]) -> float:
@@ -103,12 +101,12 @@ def _median(values: list[float]) -> float:
     return median(values) if values else math.nan
 
 
-def _rel_diffs(a: dict[str, dict], b: dict[str, dict]) -> list[float]:
+def _rel_diffs(a: dict[str, float], b: dict[str, float]) -> list[float]:
     """|b - a| / a of the keys both hold (bricks of 20 us or more)."""
     return [
-        abs(_center(b[k]) - _center(a[k])) / _center(a[k])
+        abs(b[k] - a[k]) / a[k]
         for k in sorted(a.keys() & b.keys())
-        if _center(a[k]) >= _MIN_BRICK_MS
+        if a[k] >= _MIN_BRICK_MS
     ]
 
 
