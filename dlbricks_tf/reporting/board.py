@@ -156,7 +156,7 @@ def _hparams(log_dir: Path, report: Mapping[str, Any]) -> None:
     corpus = report["corpus"]
     if not corpus:
         return
-    metrics = {**METRICS, **_steal_metrics(corpus)}
+    metrics = {**METRICS, **_present_metrics(corpus)}
     with summaries.run_writer(log_dir, HPARAMS_RUN) as w:
         summaries.write_hparams_config(
             w,
@@ -178,7 +178,7 @@ def _hparams(log_dir: Path, report: Mapping[str, Any]) -> None:
                     summaries.write_scalars(w, tag, {g: value})
 
 
-def _steal_metrics(corpus: Sequence[Mapping[str, Any]]) -> dict[str, str]:
+def _present_metrics(corpus: Sequence[Mapping[str, Any]]) -> dict[str, str]:
     """The steal and range metrics that some corpus row has a figure of."""
     return {
         tag: name
@@ -226,7 +226,7 @@ def _tables(
                 "end_to_end_wall_s",
             ] + [
                 t.removeprefix("corpus/")
-                for t in _steal_metrics(report["corpus"])
+                for t in _present_metrics(report["corpus"])
             ]
             summaries.write_table(
                 w,
