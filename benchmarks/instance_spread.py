@@ -97,13 +97,13 @@ def main(argv: list[str]) -> None:
         runs = []
         for _ in range(_INSTANCES.value):
             timer = timing.Timer(model, settings, options)
-            medians = []
+            values = []
             for r in range(repeat_flags.REPEATS.value):
                 if r:
                     timer.restart()
                 result = timing.time_interleaved([timer])[0]
-                medians.append(getattr(result, figure) * 1e3)
-            runs.append(medians)
+                values.append(getattr(result, figure) * 1e3)
+            runs.append(values)
         within = stats.median([max(m) / min(m) - 1 for m in runs])
         firsts = [m[0] for m in runs]
         across = max(firsts) / min(firsts) - 1
