@@ -18,29 +18,45 @@ difference belongs to the traced instance, not to the moment it was
 sampled: a second run of the same brick cannot be expected to agree more
 closely than that, however many samples it takes.
 
+That difference can also be the machine's drift between the moments the
+timers ran. --interleave builds a model's timers first and samples them
+in the same rounds, so a drift hits them all alike: what stays apart is
+the instance. --reference reads the reference workload before every
+batch (`dlbricks_tf.measuring.reference`) and prints each figure scaled
+to the reference state calibrated at the start, beside the raw one: how
+much of the drift the common scale takes out.
+
 --intra_op_threads is the command line's flag, --repeats that of
 `benchmarks.repeat_flags`.
 
 Usage:
     python -m benchmarks.instance_spread --intra_op_threads=1
     python -m benchmarks.instance_spread --models=MobileNetV2,ResNet50 \
-        --instances=4 --intra_op_threads=2
+        --instances=4 --intra_op_threads=2 [--interleave] [--reference]
 """
 
 from __future__ import annotations
 
 import os
+import statistics
 
 from absl import app, flags
 
 from benchmarks import repeat_flags
-from dlbricks_tf.cli import model_flags, settings_flags
+from dlbricks_tf.cli import model_flags, settings_flags, timing_flags
 
 # Shown by --helpshort.
-for _name in ("intra_op_threads", "repeats", "models"):
+for _name in ("intra_op_threads", "repeats", "models", "reference"):
     flags.declare_key_flag(_name)
 _INSTANCES = flags.DEFINE_integer(
     "instances", 10, "Fresh timers (traces) per brick.", lower_bound=2
+)
+_INTERLEAVE = flags.DEFINE_bool(
+    "interleave",
+    False,
+    "Build a model's timers first, then sample them in the same rounds "
+    "(time_interleaved), so that a drift of the machine hits every timer "
+    "alike: what stays apart across timers is the traced instance itself.",
 )
 
 
@@ -84,31 +100,83 @@ def main(argv: list[str]) -> None:
         from dlbricks_tf.models import sources
 
         models = [s.build(True) for s in sources.resolve_models(names)]
-        options, figure = timing.TimingOptions(), "center_ms"
+        options, figure = timing.TimingOptions(), statistics.fmean
     else:  # The campaign's brick options (benchmarks/accuracy.py's).
         models = _bricks()
         options = timing.TimingOptions(max_samples=60, max_seconds=1.0)
-        figure = "median_ms"
+        figure = stats.median
+    scale = None
+    if timing_flags.REFERENCE.value:
+        from dlbricks_tf.measuring import reference
+
+        read = reference.Reference().read
+        state = reference.ReferenceScale.calibrate(read)
+        scale = reference.ReferenceScale(read, state)
+        print(f"reference state {state:.3f} ms")
+
+    def timer(model):
+        t = timing.Timer(model, settings, options)
+        if scale is not None:
+            t.scale = _Recording(scale)
+        return t
+
+    def one_by_one(model):  # Each timer measured, then the next built.
+        runs = [measure([timer(model)]) for _ in range(_INSTANCES.value)]
+        return [[r[0][0] for r in runs], [r[1][0] for r in runs]]
+
+    def interleaved(model):
+        return measure([timer(model) for _ in range(_INSTANCES.value)])
+
+    def measure(group):
+        """Raw and scaled: per timer, its figure at each repeat."""
+        raw = [[] for _ in group]
+        scaled = [[] for _ in group]
+        for r in range(repeat_flags.REPEATS.value):
+            if r:
+                group = [t.restart() for t in group]
+            batches = [([], []) for _ in group]
+            pending = list(range(len(group)))
+            while pending:  # As timing.time_interleaved, keeping batches.
+                for i in pending:
+                    batch = group[i].sample()
+                    f = group[i].scale.last if group[i].scale else 1.0
+                    batches[i][0].extend(v / f for v in batch)
+                    batches[i][1].extend(batch)
+                pending = [i for i in pending if not group[i].done]
+            for i, (raw_samples, scaled_samples) in enumerate(batches):
+                raw[i].append(figure(raw_samples) * 1e3)
+                scaled[i].append(figure(scaled_samples) * 1e3)
+        return [raw, scaled]
+
     what = "means" if names else "medians"
     print(f"settings {settings.key()}")
-    print(f"| model | within one timer | across timers | {what} us |")
-    print("|---|---:|---:|---|")
+    print(f"| model | samples | within one timer | across timers | {what} us |")
+    print("|---|---|---:|---:|---|")
     for model in models:
-        runs = []
-        for _ in range(_INSTANCES.value):
-            timer = timing.Timer(model, settings, options)
-            values = []
-            for r in range(repeat_flags.REPEATS.value):
-                if r:
-                    timer.restart()
-                result = timing.time_interleaved([timer])[0]
-                values.append(getattr(result, figure) * 1e3)
-            runs.append(values)
-        within = stats.median([max(m) / min(m) - 1 for m in runs])
-        firsts = [m[0] for m in runs]
-        across = max(firsts) / min(firsts) - 1
-        cells = "; ".join(" ".join(f"{v:.1f}" for v in m) for m in runs)
-        print(f"| {model.name} | {within:.1%} | {across:.1%} | {cells} |")
+        pair = interleaved(model) if _INTERLEAVE.value else one_by_one(model)
+        for kind, runs in zip(("raw", "scaled"), pair, strict=True):
+            if kind == "scaled" and scale is None:
+                continue
+            within = stats.median([max(m) / min(m) - 1 for m in runs])
+            firsts = [m[0] for m in runs]
+            across = max(firsts) / min(firsts) - 1
+            cells = "; ".join(" ".join(f"{v:.1f}" for v in m) for m in runs)
+            print(
+                f"| {model.name} | {kind} | {within:.1%} | {across:.1%} |"
+                f" {cells} |"
+            )
+
+
+class _Recording:
+    """A reference scale that remembers the factor of the last batch."""
+
+    def __init__(self, scale) -> None:
+        self._scale = scale
+        self.last = 1.0
+
+    def factor(self) -> float:
+        self.last = self._scale.factor()
+        return self.last
 
 
 if __name__ == "__main__":
