@@ -51,6 +51,10 @@ for _name in ("intra_op_threads", "repeats", "models", "reference"):
 _INSTANCES = flags.DEFINE_integer(
     "instances", 10, "Fresh timers (traces) per brick.", lower_bound=2
 )
+# Raw samples; each batch scaled by its own factor (what a timer with a
+# scale does); all of a timer's samples scaled by one factor, the state over
+# the median reading taken beside its batches.
+KINDS = ("raw", "per batch", "per timing")
 _INTERLEAVE = flags.DEFINE_bool(
     "interleave",
     False,
@@ -122,19 +126,18 @@ def main(argv: list[str]) -> None:
 
     def one_by_one(model):  # Each timer measured, then the next built.
         runs = [measure([timer(model)]) for _ in range(_INSTANCES.value)]
-        return [[r[0][0] for r in runs], [r[1][0] for r in runs]]
+        return [[r[k][0] for r in runs] for k in range(len(KINDS))]
 
     def interleaved(model):
         return measure([timer(model) for _ in range(_INSTANCES.value)])
 
     def measure(group):
-        """Raw and scaled: per timer, its figure at each repeat."""
-        raw = [[] for _ in group]
-        scaled = [[] for _ in group]
+        """Per kind of `KINDS`: per timer, its figure at each repeat."""
+        figures = [[[] for _ in group] for _ in KINDS]
         for r in range(repeat_flags.REPEATS.value):
             if r:
                 group = [t.restart() for t in group]
-            batches = [([], []) for _ in group]
+            batches = [([], [], []) for _ in group]
             pending = list(range(len(group)))
             while pending:  # As timing.time_interleaved, keeping batches.
                 for i in pending:
@@ -142,20 +145,26 @@ def main(argv: list[str]) -> None:
                     f = group[i].scale.last if group[i].scale else 1.0
                     batches[i][0].extend(v / f for v in batch)
                     batches[i][1].extend(batch)
+                    if group[i].scale:
+                        batches[i][2].append(group[i].scale.reading)
                 pending = [i for i in pending if not group[i].done]
-            for i, (raw_samples, scaled_samples) in enumerate(batches):
-                raw[i].append(figure(raw_samples) * 1e3)
-                scaled[i].append(figure(scaled_samples) * 1e3)
-        return [raw, scaled]
+            for i, (raw_samples, scaled_samples, readings) in enumerate(
+                batches
+            ):
+                one = scale.state_ms / stats.median(readings) if readings else 1
+                figures[0][i].append(figure(raw_samples) * 1e3)
+                figures[1][i].append(figure(scaled_samples) * 1e3)
+                figures[2][i].append(figure(raw_samples) * one * 1e3)
+        return figures
 
     what = "means" if names else "medians"
     print(f"settings {settings.key()}")
     print(f"| model | samples | within one timer | across timers | {what} us |")
     print("|---|---|---:|---:|---|")
     for model in models:
-        pair = interleaved(model) if _INTERLEAVE.value else one_by_one(model)
-        for kind, runs in zip(("raw", "scaled"), pair, strict=True):
-            if kind == "scaled" and scale is None:
+        kinds = interleaved(model) if _INTERLEAVE.value else one_by_one(model)
+        for kind, runs in zip(KINDS, kinds, strict=True):
+            if kind != "raw" and scale is None:
                 continue
             within = stats.median([max(m) / min(m) - 1 for m in runs])
             firsts = [m[0] for m in runs]
@@ -173,9 +182,11 @@ class _Recording:
     def __init__(self, scale) -> None:
         self._scale = scale
         self.last = 1.0
+        self.reading = None
 
     def factor(self) -> float:
         self.last = self._scale.factor()
+        self.reading = self._scale.readings[-1]
         return self.last
 
 
