@@ -64,7 +64,9 @@ class Machine:
 
 def test_a_slowdown_of_sample_and_reference_alike_cancels():
     machine = Machine([1.0, 2.0, 3.0, 1.5, 1.0, 2.5])
-    scale = reference.ReferenceScale(machine.read, state_ms=2.0, window=1)
+    scale = reference.ReferenceScale(
+        machine.read, state_ms=2.0, window=1, interval_s=0
+    )
     timer = FakeTimer(4.0, machine.slowdown)
     timer.scale = scale
     for _ in range(6):
@@ -78,7 +80,7 @@ def test_a_slowdown_of_sample_and_reference_alike_cancels():
 
 def test_a_steady_reference_leaves_samples_unchanged():
     machine = Machine([1.0] * 4)
-    scale = reference.ReferenceScale(machine.read, state_ms=2.0)
+    scale = reference.ReferenceScale(machine.read, state_ms=2.0, interval_s=0)
     timer = FakeTimer(3.25, lambda: 1.0)
     timer.scale = scale
     for _ in range(4):
@@ -92,9 +94,30 @@ def test_a_steady_reference_leaves_samples_unchanged():
 
 def test_the_state_is_where_samples_are_put_and_the_window_smooths():
     readings = iter([2.0, 4.0, 3.0])
-    scale = reference.ReferenceScale(lambda: next(readings), 1.0, window=3)
+    scale = reference.ReferenceScale(
+        lambda: next(readings), 1.0, window=3, interval_s=0
+    )
     # Medians of the last readings: 2, then (2+4)/2 = 3, then median 3.
     assert [scale.factor() for _ in range(3)] == [0.5, 1 / 3, 1 / 3]
+
+
+def test_a_batch_soon_after_a_reading_reuses_its_factor():
+    now = [0.0]
+    readings = iter([2.0, 4.0])
+    scale = reference.ReferenceScale(
+        lambda: next(readings),
+        2.0,
+        window=1,
+        interval_s=0.25,
+        clock=lambda: now[0],
+    )
+    factors = []
+    for t in (0.0, 0.1, 0.2, 0.3, 0.4):
+        now[0] = t
+        factors.append(scale.factor())
+    # Read at 0 s and at 0.3 s only: the batches between reuse 2/2.
+    assert factors == [1.0, 1.0, 1.0, 0.5, 0.5]
+    assert scale.readings == [2.0, 4.0]
 
 
 def test_calibration_is_kept_in_the_store_and_reused(tmp_path):

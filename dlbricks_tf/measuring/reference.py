@@ -6,9 +6,9 @@ nothing inside one timer can tell that slowdown from the brick's own cost.
 `Reference` is a workload that never changes, compute-bound (a chain of
 square matmuls) and memory-bound (a reduction over a buffer several times
 the L2 cache), run on TensorFlow's thread pools like the bricks. It is read
-right before every batch of samples (a chain pass, a whole model's batch,
-an ONNX Runtime batch): adjacent in time, not concurrent, since two vCPUs
-have no core to spare.
+right before a batch of samples (a chain pass, a whole model's batch, an
+ONNX Runtime batch), at most every `INTERVAL_S`: adjacent in time, not
+concurrent, since two vCPUs have no core to spare.
 
 `ReferenceScale` turns those readings into a factor: each batch of samples
 is multiplied by `state_ms / r`, where r is the median of the last
@@ -39,6 +39,12 @@ from dlbricks_tf import stats
 WINDOW = 3
 # Readings of a first calibration.
 CALIBRATION_READINGS = 15
+# A batch that starts less than this after the last reading is scaled by
+# that reading's factor: a reading costs a few ms, so the reference takes at
+# most about 2% of the sampling time, however short the batches are, while
+# still following changes of the machine that last a second or more (a
+# neighbour's bursts, a steal episode).
+INTERVAL_S = 0.25
 
 
 class Reference:
@@ -111,6 +117,9 @@ class ReferenceScale:
         read: Returns one reference reading, ms (`Reference.read`).
         state_ms: The reference state: the reading a sample is scaled to.
         window: Readings whose median scales a batch.
+        interval_s: A batch that starts sooner than this after the last
+            reading reuses its factor (0: a reading before every batch).
+        clock: Seconds, monotonic (for `interval_s`).
     """
 
     def __init__(
@@ -118,6 +127,8 @@ class ReferenceScale:
         read: Callable[[], float],
         state_ms: float,
         window: int = WINDOW,
+        interval_s: float = INTERVAL_S,
+        clock: Callable[[], float] = time.perf_counter,
     ) -> None:
         if not state_ms > 0:
             raise ValueError(
@@ -126,6 +137,9 @@ class ReferenceScale:
         self._read = read
         self.state_ms = float(state_ms)
         self._window = max(1, int(window))
+        self._interval_s = max(0.0, float(interval_s))
+        self._clock = clock
+        self._last: tuple[float, float] | None = None  # (time, factor)
         self.readings: list[float] = []
 
     @classmethod
@@ -158,12 +172,21 @@ class ReferenceScale:
         return cls(reference.read, state)
 
     def factor(self) -> float:
-        """Reads the reference once; returns state / recent readings."""
+        """State / recent readings; reads the reference unless it just did.
+
+        The reference is read again once `interval_s` has passed since
+        the last reading; until then, that reading's factor stands.
+        """
+        now = self._clock()
+        if self._last is not None and now - self._last[0] < self._interval_s:
+            return self._last[1]
         value = self._read()
         self.readings.append(value)
         recent = self.readings[-self._window :]
         current = stats.median(recent)
-        return self.state_ms / current if current > 0 else 1.0
+        factor = self.state_ms / current if current > 0 else 1.0
+        self._last = (self._clock(), factor)
+        return factor
 
     def summary(self) -> dict[str, float | int | None]:
         """The state and the spread of this run's readings.
