@@ -109,14 +109,13 @@ INPUT_COPIES = flags.DEFINE_integer(
 
 REFERENCE = flags.DEFINE_bool(
     "reference",
-    False,
+    True,
     "Read a fixed reference workload (compute- and memory-bound) right "
-    "before every batch of samples and scale the batch to this machine's "
-    "reference state, kept in --db: a slowdown of the host that hits a "
-    "sample and its reference alike cancels. Off by default: beside a "
-    "neighbour spinning one of two cores it did not bring the estimates "
-    "closer (docs/measuring.md), since a busy core slows a two-thread "
-    "op far more than a small one-thread brick.",
+    "before the batches of samples (at most every 0.25 s) and scale them "
+    "to this machine's reference state, kept in --db: a slowdown of the "
+    "host that hits a sample and its reference alike cancels, so timings "
+    "taken in other processes, minutes or days apart, share one scale "
+    "(docs/measuring.md). --noreference stores raw times.",
 )
 
 flags.register_multi_flags_validator(
