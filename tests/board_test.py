@@ -81,6 +81,8 @@ def _job():
                 "end_to_end_wall_s": 2.0,
                 "steal_share": 0.05 * g,
                 "steal_peak_share": 0.25 * g,
+                "reference_ratio": 1.0 + 0.1 * g,
+                "reference_spread": 0.02,
                 "range_holds": 2,
                 "flagged": g - 1,
             }
@@ -148,7 +150,10 @@ def test_hparams_experiment_and_sessions(logs):
         "inter_op_threads",
     }
     metrics = {m.name.tag for m in data.experiment.metric_infos}
-    assert metrics == set(board.METRICS) | set(board.STEAL_METRICS) | {
+    assert metrics == {
+        *board.METRICS,
+        *board.STEAL_METRICS,
+        *board.REFERENCE_METRICS,
         "corpus/range_holds",
         "corpus/flagged",
     }
@@ -175,12 +180,16 @@ def test_steal_and_range_scalars_per_g(logs):
         assert _values(session, "corpus/steal_peak_share") == pytest.approx(
             {g: 0.25 * g}
         )
+        assert _values(session, "corpus/reference_ratio") == pytest.approx(
+            {g: 1.0 + 0.1 * g}
+        )
         assert _values(session, "corpus/flagged") == {g: g - 1}
         assert _values(session, "corpus/range_holds") == {g: 2}
     (corpus,) = _read(log_dir / "tables").Tensors("corpus")
     text = tf.make_ndarray(corpus.tensor_proto).item().decode()
     assert text.splitlines()[0].endswith(
-        "| steal_share | steal_peak_share | range_holds | flagged |"
+        "| steal_share | steal_peak_share | reference_ratio |"
+        " reference_spread | range_holds | flagged |"
     )
 
 
@@ -188,6 +197,7 @@ def test_a_report_without_steal_or_ranges_writes_neither(tmp_path):
     report, _ = _job()
     for row in report["corpus"]:
         del row["steal_share"], row["steal_peak_share"]
+        del row["reference_ratio"], row["reference_spread"]
         del row["range_holds"], row["flagged"]
     for row in report["runs"]:
         for key in RANGES[1]:
@@ -201,7 +211,9 @@ def test_a_report_without_steal_or_ranges_writes_neither(tmp_path):
     metrics = {m.name.tag for m in data.experiment.metric_infos}
     assert metrics == set(board.METRICS)
     session = _read(tmp_path / "hparams" / "G=1")
-    assert not set(board.STEAL_METRICS) & set(session.Tags()["tensors"])
+    tags = set(session.Tags()["tensors"])
+    assert not set(board.STEAL_METRICS) & tags
+    assert not set(board.REFERENCE_METRICS) & tags
     figures = board.result_figures(report["runs"][:2], 1)
     for figure in figures.values():
         assert chart_images.error_segments(figure.axes[0]) == {}

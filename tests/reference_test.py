@@ -76,6 +76,9 @@ def test_a_slowdown_of_sample_and_reference_alike_cancels():
     assert timer.result().median_ms == pytest.approx(4.0)
     assert timer.result().mean_ms == pytest.approx(4.0)
     assert scale.readings == [2.0, 4.0, 6.0, 3.0, 2.0, 5.0]
+    # The machine ran at a median 1.75x its state: the run's samples were
+    # scaled down by that much.
+    assert scale.summary()["reference_ratio"] == pytest.approx(1.75)
 
 
 def test_a_steady_reference_leaves_samples_unchanged():
@@ -90,6 +93,7 @@ def test_a_steady_reference_leaves_samples_unchanged():
     assert summary["reference_median_ms"] == 2.0
     assert summary["reference_spread"] == 0.0
     assert summary["reference_readings"] == 4
+    assert summary["reference_ratio"] == 1.0
 
 
 def test_the_state_is_where_samples_are_put_and_the_window_smooths():

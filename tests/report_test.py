@@ -68,6 +68,21 @@ def test_format_report_shows_the_median_ratio_and_the_steal():
     assert lines[-1].endswith("| 1.2 (20.0) |")
 
 
+def test_format_report_shows_the_reference_after_the_steal():
+    corpus = [
+        {
+            **REPORT["corpus"][0],
+            "steal_share": 0.0,
+            "steal_peak_share": 0.0,
+            "reference_ratio": 1.0834,
+            "reference_spread": 0.0412,
+        }
+    ]
+    lines = report.format_report({**REPORT, "corpus": corpus}).splitlines()
+    assert lines[-3].endswith("| steal % (peak) | reference x (spread) |")
+    assert lines[-1].endswith("| 0.0 (0.0) | 1.083 (4.1%) |")
+
+
 def test_format_report_adds_the_repeat_column():
     corpus = [{**REPORT["corpus"][0], "repeat_median_rel_diff": 0.0123}]
     text = report.format_report({**REPORT, "corpus": corpus})

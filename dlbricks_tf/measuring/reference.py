@@ -193,15 +193,19 @@ class ReferenceScale:
 
         Returns:
             reference_state_ms, reference_median_ms, reference_readings,
-            and reference_spread: the half-distance between the 10th and
-            90th percentiles of the readings over their median (how far
-            the machine moved during the run), or None without readings.
+            reference_ratio: the median reading over the state (how much
+            slower than at its calibration the machine ran, by which the
+            samples were scaled down), and reference_spread: the
+            half-distance between the 10th and 90th percentiles of the
+            readings over their median (how far the machine moved during
+            the run); the last three None without readings.
         """
         if not self.readings:
             return {
                 "reference_state_ms": self.state_ms,
                 "reference_median_ms": None,
                 "reference_readings": 0,
+                "reference_ratio": None,
                 "reference_spread": None,
             }
         ordered = sorted(self.readings)
@@ -214,5 +218,6 @@ class ReferenceScale:
             "reference_state_ms": self.state_ms,
             "reference_median_ms": median,
             "reference_readings": len(ordered),
+            "reference_ratio": median / self.state_ms,
             "reference_spread": (quantile(0.9) - quantile(0.1)) / 2 / median,
         }

@@ -10,8 +10,9 @@ Runs written under the log directory:
                      and the hypervisor steal of the run when the report
                      has it)
     hparams/G=<g>    one session per G with its metric scalars, among them
-                     corpus/steal_share and corpus/steal_peak_share, and
-                     corpus/flagged (ranges wider than +-10%)
+                     corpus/steal_share and corpus/steal_peak_share,
+                     corpus/reference_ratio and corpus/reference_spread,
+                     and corpus/flagged (ranges wider than +-10%)
     tables           Markdown tables (text dashboard): results, corpus,
                      bricks/<model> at step G
     charts           images at step G: normalized latency per model (with
@@ -67,6 +68,12 @@ METRICS = {
 STEAL_METRICS = {
     "corpus/steal_share": "hypervisor steal share",
     "corpus/steal_peak_share": "peak hypervisor steal share",
+}
+# And the reference (`dlbricks_tf.measuring.reference`), when the run read
+# it: its median reading over the machine's reference state, and its spread.
+REFERENCE_METRICS = {
+    "corpus/reference_ratio": "reference reading / reference state",
+    "corpus/reference_spread": "reference spread",
 }
 # And the estimates' ranges (`dlbricks_tf.estimating.ranges`): models
 # within +-10%, whose range holds the measurement, whose range is wider
@@ -179,10 +186,11 @@ def _hparams(log_dir: Path, report: Mapping[str, Any]) -> None:
 
 
 def _present_metrics(corpus: Sequence[Mapping[str, Any]]) -> dict[str, str]:
-    """The steal and range metrics that some corpus row has a figure of."""
+    """The steal, reference and range metrics some corpus row has."""
+    present = {**STEAL_METRICS, **REFERENCE_METRICS, **RANGE_METRICS}
     return {
         tag: name
-        for tag, name in {**STEAL_METRICS, **RANGE_METRICS}.items()
+        for tag, name in present.items()
         if any(c.get(tag.removeprefix("corpus/")) is not None for c in corpus)
     }
 

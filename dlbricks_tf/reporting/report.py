@@ -120,6 +120,9 @@ def format_report(report: Mapping[str, Any]) -> str:
     steal = any(c.get("steal_share") is not None for c in report["corpus"])
     if steal:
         header, rule = header + " steal % (peak) |", rule + "---:|"
+    ref = any(c.get("reference_ratio") is not None for c in report["corpus"])
+    if ref:
+        header, rule = header + " reference x (spread) |", rule + "---:|"
     lines += ["", header, rule]
     for c in report["corpus"]:
         line = (
@@ -157,6 +160,12 @@ def format_report(report: Mapping[str, Any]) -> str:
             line += (
                 f" {_f(None if share is None else 100 * share, 1)}"
                 f" ({_f(None if peak is None else 100 * peak, 1)}) |"
+            )
+        if ref:
+            spread = c.get("reference_spread")
+            line += (
+                f" {_f(c.get('reference_ratio'))}"
+                f" ({_f(None if spread is None else 100 * spread, 1)}%) |"
             )
         lines.append(line)
     return "\n".join(lines)
