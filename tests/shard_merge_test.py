@@ -13,12 +13,16 @@ The merged store must hold every signature of the suite exactly once.
 """
 
 import collections
+import contextlib
+import shutil
+import sqlite3
 from pathlib import Path
 
 import pytest
 
 import dlbricks_tf
 from dlbricks_tf.cutting.suite import Suite, build_suite
+from dlbricks_tf.storing.database import StoreError
 from dlbricks_tf.storing.store import Store
 from tests import models
 from tests.cli import FAST, dlbricks
@@ -129,6 +133,82 @@ def test_an_index_without_a_count_is_one_line(tiny, tmp_path):
     assert "--num_shards" in proc.stderr
     assert "Traceback" not in proc.stderr
     assert not db.exists()  # Nothing is timed or written.
+
+
+@pytest.fixture(scope="module")
+def timed(tiny, tmp_path_factory):
+    """A store `dlbricks bench` filled with the tiny model's bricks."""
+    path, suite = tiny
+    db = tmp_path_factory.mktemp("timed") / "timed.sqlite"
+    proc = dlbricks("bench", f"--models={path}", f"--db={db}", *FAST)
+    assert proc.returncode == 0, proc.stderr
+    return db, suite
+
+
+def _copy(db: Path, folder: Path, sql: str = "") -> tuple[Path, str]:
+    """A copy of a store with `sql` run on it; the signature of the row
+    `sql` may name as `{sig}` (the first brick's, by signature)."""
+    copy = folder / f"copy{len(list(folder.glob('copy*')))}.sqlite"
+    shutil.copy(db, copy)
+    with contextlib.closing(sqlite3.connect(copy)) as conn, conn:
+        (sig,) = conn.execute(
+            "SELECT MIN(signature) FROM brick_results"
+        ).fetchone()
+        if sql:
+            conn.execute(sql.format(sig=sig))
+    return copy, sig
+
+
+def _counts(db: Path) -> dict[str, int]:
+    with contextlib.closing(sqlite3.connect(db)) as conn:
+        tables = [t for (t,) in conn.execute(
+            "SELECT name FROM sqlite_master WHERE type = 'table'")]  # fmt: skip
+        return {
+            t: conn.execute(f"SELECT COUNT(*) FROM {t}").fetchone()[0]
+            for t in tables
+        }
+
+
+_IMPOSSIBLE = {
+    "negative_median": (
+        "UPDATE brick_results SET median_ms = -median_ms - 1"
+        " WHERE signature = '{sig}'",
+        "median_ms=-",
+    ),
+    "infinite_median": (
+        "UPDATE brick_results SET median_ms = 1e999 WHERE signature = '{sig}'",
+        "median_ms=inf is not a finite latency of 0 ms or more",
+    ),
+    "min_above_median": (
+        "UPDATE brick_results SET min_ms = 2 * median_ms + 1"
+        " WHERE signature = '{sig}'",
+        "> median_ms=",
+    ),
+}
+
+
+@pytest.mark.parametrize("sql, words", _IMPOSSIBLE.values(), ids=_IMPOSSIBLE)
+def test_merge_of_a_store_with_an_impossible_row_adds_nothing(
+    timed, tmp_path, sql, words
+):
+    db, _ = timed
+    bad, sig = _copy(db, tmp_path, sql)
+    into, _ = _copy(db, tmp_path, "DELETE FROM brick_results")
+    before = _counts(into)
+    with Store(into) as store, pytest.raises(StoreError) as info:
+        store.merge_from(bad)
+    message = str(info.value)
+    assert len(message.splitlines()) == 1, message
+    assert f"Store {str(bad)!r} was not merged" in message
+    assert f"brick_results row (signature {sig!r}, settings " in message
+    assert words in message and "nothing of it was added" in message
+    assert _counts(into) == before
+    proc = dlbricks("merge", f"--db={into}", str(bad))
+    assert proc.returncode == 1
+    assert proc.stderr.startswith("dlbricks: error: Store ")
+    assert len(proc.stderr.splitlines()) == 1, proc.stderr
+    assert "Traceback" not in proc.stderr and words in proc.stderr
+    assert _counts(into) == before
 
 
 if __name__ == "__main__":

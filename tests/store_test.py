@@ -512,6 +512,116 @@ def test_merge_copies_failures_unless_a_timing_exists(tmp_path):
         assert b.get("y", SETTINGS, FP) == _timing(1.0)
 
 
+def test_merge_carries_reference_states_keeping_the_first(tmp_path):
+    other = dataclasses.replace(SETTINGS, batch_size=SETTINGS.batch_size + 1)
+    with store_lib.Store(tmp_path / "a.sqlite") as a:
+        a.put("x", SETTINGS, FP, _timing(1.0))
+        a.put_reference_state(SETTINGS, FP, 1.5)
+        a.put_reference_state(other, FP, 2.5)
+    with store_lib.Store(tmp_path / "b.sqlite") as b:
+        b.put_reference_state(SETTINGS, FP, 3.0)  # Calibrated first here.
+        assert b.merge_from(tmp_path / "a.sqlite") == 1
+        # Every timing of b is scaled to its own state: it stays.
+        assert b.reference_state(SETTINGS, FP) == 3.0
+        assert b.reference_state(other, FP) == 2.5
+    with store_lib.Store(tmp_path / "c.sqlite") as c:
+        assert c.merge_from(tmp_path / "a.sqlite") == 1
+        assert c.reference_state(SETTINGS, FP) == 1.5
+
+
+def _table_counts(path):
+    with contextlib.closing(sqlite3.connect(path)) as db:
+        tables = [t for (t,) in db.execute(
+            "SELECT name FROM sqlite_master WHERE type = 'table'")]  # fmt: skip
+        return {
+            t: db.execute(f"SELECT COUNT(*) FROM {t}").fetchone()[0]
+            for t in tables
+        }
+
+
+# Rows another program could have written to a store; each is refused.
+_IMPOSSIBLE = {
+    "negative_median": (
+        "UPDATE brick_results SET median_ms = -1.0 WHERE signature = 'y'",
+        "brick_results row (signature 'y', settings 'tf-b1-t2x1-onednn1-jit0"
+        "-chain', fingerprint '{fp}') has median_ms=-1.0 is not a finite",
+    ),
+    "infinite_max": (
+        "UPDATE model_results SET max_ms = 1e999",
+        "model_results row (model 'm', settings 'tf-b1-t2x1-onednn1-jit0-"
+        "chain', fingerprint '{fp}') has max_ms=inf is not a finite",
+    ),
+    "text_min": (
+        "UPDATE brick_results SET min_ms = 'fast' WHERE signature = 'x'",
+        "(signature 'x', settings ",
+    ),
+    "min_above_median": (
+        "UPDATE brick_results SET min_ms = 2 * median_ms WHERE signature = 'x'",
+        "has min_ms=2.0 > median_ms=1.0",
+    ),
+    "no_samples": (
+        "UPDATE brick_results SET samples = 0 WHERE signature = 'x'",
+        "has samples=0 is not a count of 1 or more",
+    ),
+    "mean_above_max": (
+        "UPDATE model_results SET mean_ms = 9.0",
+        "has mean_ms=9.0 is outside [min_ms, max_ms] = [5.0, 5.0]",
+    ),
+    "settings_of_another_key": (
+        "UPDATE settings SET json = replace(json, '\"batch_size\": 1',"
+        " '\"batch_size\": 2')",
+        "settings row 'tf-b1-t2x1-onednn1-jit0-chain' holds settings whose"
+        " key is 'tf-b2-t2x1-onednn1-jit0-chain'",
+    ),
+    "fingerprint_of_another_id": (
+        "UPDATE fingerprints SET json = replace(json, 'Test CPU', 'Other')",
+        "fingerprints row '{fp}' holds a fingerprint whose id is",
+    ),
+    "settings_absent": (
+        "UPDATE brick_results SET settings_key = 'gone' WHERE signature = 'x'",
+        "brick_results row (signature 'x', settings 'gone', fingerprint "
+        "'{fp}') names settings it lacks",
+    ),
+    "failure_of_an_absent_machine": (
+        "UPDATE brick_failures SET fingerprint_id = 'gone'",
+        "brick_failures row (signature 'f', settings 'tf-b1-t2x1-onednn1-"
+        "jit0-chain', fingerprint 'gone') names a fingerprint it lacks",
+    ),
+    "reference_below_zero": (
+        "UPDATE reference_states SET state_ms = -2.0",
+        "reference_states row (settings 'tf-b1-t2x1-onednn1-jit0-chain', "
+        "fingerprint '{fp}') has state_ms=-2.0, not a finite positive time",
+    ),
+}
+
+
+@pytest.mark.parametrize("sql, words", _IMPOSSIBLE.values(), ids=_IMPOSSIBLE)
+def test_merge_refuses_a_file_with_an_impossible_row(tmp_path, sql, words):
+    bad = tmp_path / "bad.sqlite"
+    with store_lib.Store(bad) as store:
+        store.put("x", SETTINGS, FP, _timing(1.0))
+        store.put("y", SETTINGS, FP, _timing(2.0))
+        store.put_model("m", SETTINGS, FP, _timing(5.0))
+        store.put_failure("f", SETTINGS, FP, "boom")
+        store.put_reference_state(SETTINGS, FP, 1.5)
+    with contextlib.closing(sqlite3.connect(bad)) as db, db:
+        db.execute("PRAGMA foreign_keys = OFF")
+        db.execute(sql)
+    into = tmp_path / "into.sqlite"
+    with store_lib.Store(into) as store:
+        store.put("z", SETTINGS, FP, _timing(3.0))
+    before = _table_counts(into)
+    with store_lib.Store(into) as store:
+        with pytest.raises(database.StoreError) as info:
+            store.merge_from(bad)
+    message = str(info.value)
+    assert len(message.splitlines()) == 1, message
+    assert message.startswith(f"Store {str(bad)!r} was not merged: its ")
+    assert words.format(fp=FP.id) in message
+    assert "nothing of it was added" in message
+    assert _table_counts(into) == before
+
+
 # A schema-1 store as the code before `SystemFingerprint.onednn_rule`
 # wrote it: settings without a protocol, a fingerprint without the rule.
 _OLD_SETTINGS_KEY = "tf-b1-t2x1-onednn1-jit0"

@@ -115,6 +115,7 @@ CREATE TABLE IF NOT EXISTS predictors (
 """
 _FAILURES = "brick_failures"
 _PREDICTORS = "predictors"
+_REFERENCES = "reference_states"
 _TABLES = {
     "brick": ("brick_results", "signature"),
     "model": ("model_results", "model"),
@@ -206,7 +207,7 @@ class Database:
             # Tables of a store whose creation was cut short are ours too.
             foreign = tables - {"meta", "settings", "fingerprints"}
             foreign -= {table for table, _ in _TABLES.values()}
-            foreign -= {_FAILURES, _PREDICTORS, "reference_states"}
+            foreign -= {_FAILURES, _PREDICTORS, _REFERENCES}
             if (foreign and version is None) or (
                 version is not None and not version.isdigit()
             ):
