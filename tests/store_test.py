@@ -622,6 +622,21 @@ def test_merge_refuses_a_file_with_an_impossible_row(tmp_path, sql, words):
     assert _table_counts(into) == before
 
 
+def test_missing_times_again_a_timing_no_sum_can_use(tmp_path):
+    path = tmp_path / "s.sqlite"
+    with store_lib.Store(path) as store:
+        store.put("a", SETTINGS, FP, _timing(1.0))
+        store.put("b", SETTINGS, FP, _timing(1.0))
+    with contextlib.closing(sqlite3.connect(path)) as db, db:
+        db.execute(
+            "UPDATE brick_results SET mean_ms = -0.5 WHERE signature = 'b'"
+        )
+    with store_lib.Store(path) as store:
+        assert store.missing(["a", "b"], SETTINGS, FP) == ["b"]
+        store.put("b", SETTINGS, FP, _timing(1.0))
+        assert store.missing(["a", "b"], SETTINGS, FP) == []
+
+
 # A schema-1 store as the code before `SystemFingerprint.onednn_rule`
 # wrote it: settings without a protocol, a fingerprint without the rule.
 _OLD_SETTINGS_KEY = "tf-b1-t2x1-onednn1-jit0"

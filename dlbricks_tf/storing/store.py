@@ -35,7 +35,7 @@ from typing import Any
 
 from dlbricks_tf.machine.fingerprint import SystemFingerprint
 from dlbricks_tf.machine.settings import RunSettings
-from dlbricks_tf.stats import Timing
+from dlbricks_tf.stats import Timing, timing_problem
 from dlbricks_tf.storing import merging
 from dlbricks_tf.storing.database import (
     _FAILURES,
@@ -160,9 +160,17 @@ class Store(Database):
         """Returns the signatures still to time, in the given order.
 
         A noisy result does not count as stored unless `accept_noisy`, so a
-        resumed run tries it again. Duplicates in `signatures` are dropped.
+        resumed run tries it again; nor does one a sum of latencies cannot
+        use (`stats.timing_problem`: a figure negative, infinite or not a
+        number, no sample), so that timing the brick again replaces it.
+        Duplicates in `signatures` are dropped.
         """
-        done = set(self.results(settings, fp, accept_noisy=accept_noisy))
+        stored = self.results(settings, fp, accept_noisy=accept_noisy)
+        done = {
+            s
+            for s, t in stored.items()
+            if timing_problem(t.to_dict(), ordered=False) is None
+        }
         todo = dict.fromkeys(s for s in signatures if s not in done)
         return list(todo)
 
