@@ -21,6 +21,8 @@ from pathlib import Path
 import pytest
 
 import dlbricks_tf
+from dlbricks_tf import limits
+from dlbricks_tf.cutting import description
 from dlbricks_tf.cutting.suite import Suite, build_suite
 from dlbricks_tf.storing.database import StoreError
 from dlbricks_tf.storing.store import Store
@@ -68,6 +70,19 @@ def check_shards_and_merge(suite: Suite, stores: list[Path], merged: Path):
     ]
     assert added == [len(suite.shard(i, count)) for i in range(count)]
     assert stored_signatures(merged) == collections.Counter(suite.signatures)
+    # Each brick's description, once, whichever shard timed it.
+    assert described(merged) == collections.Counter(suite.signatures)
+
+
+def described(db: Path | str) -> collections.Counter:
+    """How many descriptions each signature has in a store (each must read
+    back as the brick it is filed under)."""
+    with contextlib.closing(sqlite3.connect(db)) as conn:
+        rows = conn.execute("SELECT signature, json FROM brick_descriptions")
+        rows = rows.fetchall()
+    for signature, text in rows:
+        description.parse(text, signature)
+    return collections.Counter(s for s, _ in rows)
 
 
 @pytest.fixture(scope="module")
@@ -209,6 +224,44 @@ def test_merge_of_a_store_with_an_impossible_row_adds_nothing(
     assert len(proc.stderr.splitlines()) == 1, proc.stderr
     assert "Traceback" not in proc.stderr and words in proc.stderr
     assert _counts(into) == before
+
+
+def test_a_store_merged_twice_keeps_each_description_once(timed, tmp_path):
+    db, suite = timed
+    assert described(db) == collections.Counter(suite.signatures)
+    merged = tmp_path / "merged.sqlite"
+    with Store(merged) as store:
+        assert store.merge_from(db) == len(suite)
+        assert store.merge_from(_copy(db, tmp_path)[0]) == 0
+    assert described(merged) == collections.Counter(suite.signatures)
+
+
+def test_merge_refuses_a_description_it_cannot_trust(timed, tmp_path):
+    db, _ = timed
+    swapped = (
+        "UPDATE brick_descriptions SET json = (SELECT json FROM"
+        " brick_descriptions WHERE signature != '{sig}' LIMIT 1)"
+        " WHERE signature = '{sig}'"
+    )
+    cut = "UPDATE brick_descriptions SET json = substr(json, 1, 40)"
+    for sql, words in (
+        (swapped, "describes brick "),
+        (cut, "is not valid JSON"),
+    ):
+        bad, _ = _copy(db, tmp_path, sql)
+        with Store(tmp_path / "into.sqlite") as store:
+            with pytest.raises(StoreError) as info:
+                store.merge_from(bad)
+        message = str(info.value)
+        assert len(message.splitlines()) == 1, message
+        assert "brick_descriptions row (signature " in message
+        assert words in message, message
+        assert _counts(tmp_path / "into.sqlite")["brick_results"] == 0
+    # Over the limits every reader has: refused too.
+    with limits.using(limits.Limits(json_depth=3)):
+        with Store(tmp_path / "into.sqlite") as store:
+            with pytest.raises(StoreError, match="over the limit of 3"):
+                store.merge_from(db)
 
 
 if __name__ == "__main__":

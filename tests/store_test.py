@@ -409,7 +409,7 @@ def test_version_1_store_is_upgraded_in_place_keeping_results(tmp_path):
         db.execute("DROP TABLE predictors")
         db.execute("UPDATE meta SET value = '1' WHERE key = 'schema_version'")
     with store_lib.Store(path) as store:
-        assert store.schema_version == database.SCHEMA_VERSION == 4
+        assert store.schema_version == database.SCHEMA_VERSION == 5
         assert store.get("a", SETTINGS, FP) == _timing(1.0)
         assert store.get_model("m", SETTINGS, FP) == _timing(3.0)
         store.put_failure("b", SETTINGS, FP, "boom")
@@ -427,7 +427,9 @@ def _version_3_file(path):
     schema = database._SCHEMA.replace(database._STATS_DDL, stats_ddl)
     with contextlib.closing(sqlite3.connect(path)) as db, db:
         for statement in schema.split(";"):
-            if statement.strip() and "reference_states" not in statement:
+            if statement.strip() and not any(
+                t in statement for t in ("reference_states", "descriptions")
+            ):
                 db.execute(statement)
         db.execute("INSERT INTO meta VALUES ('schema_version', '3')")
         db.execute(
@@ -459,7 +461,7 @@ def test_version_3_store_gains_means_and_reads_back_the_same_figures(
     _version_3_file(path)
     old = dataclasses.replace(_timing(2.0), mean_ms=None, mean_half_ms=None)
     with store_lib.Store(path) as store:
-        assert store.schema_version == 4
+        assert store.schema_version == database.SCHEMA_VERSION
         brick = store.get("a", SETTINGS, FP)
         assert brick == old
         # No mean stored: the estimate's centre is the median, as before.
@@ -622,6 +624,21 @@ def test_merge_refuses_a_file_with_an_impossible_row(tmp_path, sql, words):
     assert _table_counts(into) == before
 
 
+def test_a_brick_keeps_one_description_whatever_its_settings(tmp_path):
+    other = dataclasses.replace(SETTINGS, batch_size=SETTINGS.batch_size + 1)
+    with store_lib.Store(tmp_path / "s.sqlite") as store:
+        store.put("a", SETTINGS, FP, _timing(1.0), description="A")
+        store.put("a", other, FP, _timing(2.0), description="A again")
+        store.put("b", other, FP, _timing(2.0), description="B")
+        store.put("c", SETTINGS, FP, _timing(2.0))
+        assert store.descriptions(SETTINGS, FP) == {"a": "A"}
+        assert store.descriptions(other, FP) == {"a": "A", "b": "B"}
+        assert store.put_descriptions({"c": "C", "b": "B again"}) == 1
+        assert store.descriptions(SETTINGS, FP) == {"a": "A", "c": "C"}
+        assert store.described() == {"a", "b", "c"}
+    assert _count(tmp_path / "s.sqlite", "brick_descriptions") == 3
+
+
 def test_missing_times_again_a_timing_no_sum_can_use(tmp_path):
     path = tmp_path / "s.sqlite"
     with store_lib.Store(path) as store:
@@ -740,7 +757,7 @@ def test_new_rows_are_not_mixed_with_old_ones(tmp_path):
         assert counts == {_OLD_FP_ID: (True, 2), new_fp.id: (False, 1)}
 
 
-# The schemas as store.py created them at versions 1, 2 and 3 (from its
+# The schemas as store.py created them at versions 1 to 4 (from its
 # history), frozen here: a change to today's schema must not change the
 # old files these tests read back.
 _OLD_STATS_DDL = """
@@ -800,9 +817,14 @@ CREATE TABLE IF NOT EXISTS predictors (
     UNIQUE (settings_key, fingerprint_id));
 """
 )
-_OLD_SCHEMAS = {1: _SCHEMA_1, 2: _SCHEMA_2, 3: _SCHEMA_3}
+_SCHEMA_4 = _SCHEMA_3.replace(
+    "loop_overhead_ms REAL NOT NULL,",
+    "loop_overhead_ms REAL NOT NULL,\n    mean_ms REAL, mean_half_ms REAL,",
+)
+_OLD_SCHEMAS = {1: _SCHEMA_1, 2: _SCHEMA_2, 3: _SCHEMA_3, 4: _SCHEMA_4}
 # What each old file holds: bricks "a" and "n" (noisy), model "m"; from
-# schema 2 a failed brick "f"; from 3 a predictor and a reference state.
+# schema 2 a failed brick "f"; from 3 a predictor and a reference state;
+# schema 4's means are left NULL.
 _OLD_BRICKS = {"a": _timing(1.25), "n": _timing(3.0, noisy=True)}
 
 
@@ -863,7 +885,7 @@ def _old_rows(path, columns):
         }
 
 
-@pytest.mark.parametrize("version", [1, 2, 3])
+@pytest.mark.parametrize("version", [1, 2, 3, 4])
 def test_old_schema_file_reads_back_unchanged(tmp_path, version):
     path = tmp_path / f"v{version}.sqlite"
     _old_schema_file(path, version)
@@ -903,6 +925,8 @@ def test_old_schema_file_reads_back_unchanged(tmp_path, version):
             ]
             assert {r["settings"]["protocol"] for r in rows} == {"chain"}
             assert all(r["fingerprint"] == FP.to_dict() for r in rows)
+            # Its bricks were timed before descriptions were kept.
+            assert store.descriptions(SETTINGS, FP) == {}
     assert _old_rows(path, columns) == before  # Row by row, column by column.
 
 

@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 from tensorboard.backend.event_processing import event_accumulator
 
+from dlbricks_tf.cutting import description
 from dlbricks_tf.machine.fingerprint import system_fingerprint
 from dlbricks_tf.machine.settings import RunSettings
 from dlbricks_tf.measuring import brick_timing
@@ -162,7 +163,9 @@ def test_run_and_both_benches_store_the_same_keys(
         "bench --models": ["bench", f"--models={model}", "--granularity=2"],
         "bench --suite": ["bench", f"--suite={suite}"],
     }
+    fp = system_fingerprint()
     keys = {}
+    texts = {}
     for name, args in commands.items():
         db = tmp_path / "run" / "store.sqlite"
         if name != "run":
@@ -180,13 +183,23 @@ def test_run_and_both_benches_store_the_same_keys(
                 )
                 for r in store.rows("brick")
             }
+            texts[name] = store.descriptions(_settings("tf"), fp)
     assert set(calls) == set(commands)  # Each through the one path.
     settings = _settings("tf")
     expected = {
-        (signature, settings.key(), system_fingerprint().id)
+        (signature, settings.key(), fp.id)
         for signature in suite_dir.load_suite(suite).signatures
     }
     assert keys == dict.fromkeys(commands, expected)
+    # Each path keeps what every brick it timed computes, read back as the
+    # brick it is filed under. A suite brick's outputs have the specs its
+    # manifest records, which its model's config may not, so the texts of
+    # the bricks cut from the model are the same only from run and bench.
+    assert texts["run"] == texts["bench --models"]
+    for name, described in texts.items():
+        assert set(described) == {s for s, _, _ in expected}, name
+        for signature, text in described.items():
+            description.parse(text, signature)
 
 
 def test_measurer_times_a_saved_model_in_process(exported):

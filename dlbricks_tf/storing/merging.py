@@ -20,10 +20,12 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from dlbricks_tf.cutting import description
 from dlbricks_tf.machine.fingerprint import SystemFingerprint
 from dlbricks_tf.machine.settings import RunSettings
 from dlbricks_tf.stats import timing_problem
 from dlbricks_tf.storing.database import (
+    _DESCRIPTIONS,
     _FAILURES,
     _REFERENCES,
     _STATS,
@@ -78,12 +80,13 @@ def merge(into: Database, other: str | Path) -> int:
     everything is written in one transaction: a file with an impossible row
     adds nothing, nor does a merge stopped half way. Failures are copied
     too, except for bricks that either file holds a timing of; reference
-    states are copied where `into` has none (the first state of a machine
-    and settings stays, as `put_reference_state` keeps it).
+    states and brick descriptions are copied where `into` has none (the
+    first state of a machine and settings stays, as `put_reference_state`
+    keeps it).
 
     Returns:
-        The number of results added (failures and reference states not
-        counted).
+        The number of results added (failures, reference states and
+        descriptions not counted).
 
     Raises:
         StoreError: If either file cannot be used, or the other holds a row
@@ -111,7 +114,8 @@ def merge(into: Database, other: str | Path) -> int:
             "SELECT settings_key, fingerprint_id, state_ms, created"
             f" FROM {_REFERENCES}"
         )
-    check(str(other), keys, results, failed, references)
+        described = source._read(f"SELECT signature, json FROM {_DESCRIPTIONS}")
+    check(str(other), keys, results, failed, references, described)
 
     def copy(db: sqlite3.Connection) -> int:
         before = _count(db)
@@ -139,6 +143,9 @@ def merge(into: Database, other: str | Path) -> int:
             " fingerprint_id, state_ms, created) VALUES (?, ?, ?, ?)",
             references,
         )
+        db.executemany(
+            f"INSERT OR IGNORE INTO {_DESCRIPTIONS} VALUES (?, ?)", described
+        )
         return _count(db) - before
 
     return into._write(copy)
@@ -156,6 +163,7 @@ def check(
     results: Mapping[str, Sequence[tuple]],
     failed: Sequence[tuple],
     references: Sequence[tuple],
+    described: Sequence[tuple],
 ) -> None:
     """Refuses a store file to merge that holds an impossible row.
 
@@ -166,7 +174,8 @@ def check(
     whose figures are impossible (`stats.timing_problem`: not finite, below
     0, out of order, no sample; a brick timed in chains may have its mean
     outside [min, max]); a reference state that is not finite and
-    positive.
+    positive; a brick description that does not parse, is over the limits
+    on files read (`dlbricks_tf.limits`), or describes another brick.
 
     Args:
         path: The file, for messages.
@@ -174,6 +183,7 @@ def check(
         results: {table: rows} of `merge`'s result columns.
         failed: (signature, settings_key, fingerprint_id, ...) rows.
         references: (settings_key, fingerprint_id, state_ms, ...) rows.
+        described: (signature, json) rows.
 
     Raises:
         StoreError: The first impossible row.
@@ -255,6 +265,16 @@ def check(
                 where(_REFERENCES, "", row),
                 f"has state_ms={state!r}, not a finite positive time",
             )
+    for signature, text in described:
+        try:
+            if not isinstance(text, str | bytes):
+                raise description.DescriptionError(f"it is {text!r}")
+            description.parse(text, signature)
+        except description.DescriptionError as e:
+            raise refuse(
+                f"{_DESCRIPTIONS} row (signature {signature!r})",
+                f"is refused ({_reason(e)})",
+            ) from e
 
 
 def _reason(e: BaseException) -> str:
