@@ -305,5 +305,42 @@ def test_a_broken_brick_is_recorded_and_the_rest_timed(exported, tmp_path):
         assert store.failures(settings, fp) == {}
 
 
+def test_a_store_of_a_suite_alone_teaches_the_predictor(tmp_path):
+    """bench --suite keeps each brick's description (read from its
+    `.keras` file): `estimate --predict` learns from them with no source
+    model, and prices a model none of the suite's bricks came from."""
+    paths = []
+    for build in (models.chain, models.residual, models.shared_and_ops):
+        model = build()[0]
+        paths.append(str(tmp_path / f"{model.name}.keras"))
+        model.save(paths[-1])
+    out = tmp_path / "out"
+    proc = dlbricks(
+        "export", f"--models={paths[0]},{paths[1]}", "--granularity=1",
+        f"--out={out}",
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    suite = suite_dir.load_suite(out / "suite")
+    assert len(suite) >= 10  # What a predictor needs.
+    db = tmp_path / "suite.sqlite"
+    proc = dlbricks("bench", f"--suite={out / 'suite'}", f"--db={db}", *FAST)
+    assert proc.returncode == 0, proc.stderr
+    with Store(db) as store:
+        assert store.described() == set(suite.signatures)
+    proc = dlbricks(
+        "estimate", "--predict", f"--models={paths[2]}", f"--db={db}",
+        f"--out={tmp_path / 'estimates'}",
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    assert (
+        f"Predictor: learning from the descriptions of the {len(suite)} "
+        "timed bricks; no model walked"
+    ) in proc.stdout
+    row = next(
+        x for x in proc.stdout.splitlines() if x.startswith("| shared_and_ops")
+    )
+    assert "predicted 100%" in row
+
+
 if __name__ == "__main__":
     raise SystemExit(pytest.main([__file__, "-q"]))
