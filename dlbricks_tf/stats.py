@@ -120,6 +120,95 @@ class Timing:
         return cls(**values)
 
 
+# The figures of a timing that are latencies: finite, 0 ms or more. Not
+# more than 0: the chain and ONNX Runtime timers clamp a sample to 0 when
+# the overhead subtracted from it exceeds it (a brick faster than a stamp's
+# jitter), so a real timing may hold zeros.
+LATENCIES = ("min_ms", "median_ms", "trimmed_mean_ms", "max_ms", "ci_low_ms",
+             "ci_high_ms")  # fmt: skip
+# Figures that may be absent (NULL in a store written before the means).
+_OPTIONAL = ("mean_ms", "mean_half_ms")
+# Overheads that were subtracted or are added back: finite, 0 ms or more.
+_OVERHEADS = ("dispatch_ms", "loop_overhead_ms")
+# The slack of the orderings a mean takes part in: a sum over n samples
+# divided by n may round one unit past the samples' extremes.
+_ROUNDING = 1e-9
+
+
+def _is_number(value: Any) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool)
+
+
+def timing_problem(
+    values: Mapping[str, Any],
+    *,
+    ordered: bool = True,
+    mean_in_range: bool = True,
+) -> str | None:
+    """What makes a timing's figures impossible, or None if nothing does.
+
+    Checked: every latency (`LATENCIES`, the mean and its half-width if
+    present, the overheads) is a finite number of 0 ms or more; at least
+    one sample, and at least one call per sample; if `ordered`, min <= CI
+    low <= median <= CI high <= max, and the trimmed mean within [min,
+    max].
+
+    Args:
+        values: The figures by `Timing` field name (`Timing.to_dict`, or a
+            store's row as read).
+        ordered: Check the orderings too (a file to merge); without them,
+            what is left is what a sum of latencies needs.
+        mean_in_range: With `ordered`, also check min <= mean <= max.
+            True for a timing whose mean is that of its samples (a whole
+            model's, a brick timed in its own loop or ONNX Runtime
+            session); a chained brick's mean is taken before the samples
+            are clamped at 0 and after the links' mean excess is
+            subtracted (`dlbricks_tf.measuring.chain`), so it may fall
+            below its minimum.
+
+    Returns:
+        One phrase naming the figure(s) and their values, e.g.
+        "median_ms=-1.0 is not a finite latency of 0 ms or more".
+    """
+    for name in (*LATENCIES, *_OVERHEADS, *_OPTIONAL):
+        value = values.get(name)
+        if value is None and name in _OPTIONAL:
+            continue
+        if not _is_number(value) or not (math.isfinite(value) and value >= 0):
+            return f"{name}={value!r} is not a finite latency of 0 ms or more"
+    for name in ("samples", "calls_per_sample"):
+        value = values.get(name)
+        if not _is_number(value) or not value >= 1:
+            return f"{name}={value!r} is not a count of 1 or more"
+    if not ordered:
+        return None
+    for low, high in (
+        ("min_ms", "median_ms"),
+        ("median_ms", "max_ms"),
+        ("min_ms", "ci_low_ms"),
+        ("ci_low_ms", "median_ms"),
+        ("median_ms", "ci_high_ms"),
+        ("ci_high_ms", "max_ms"),
+    ):
+        if values[low] > values[high]:
+            return (
+                f"{low}={values[low]!r} > {high}={values[high]!r} (a timing "
+                "has min <= CI low <= median <= CI high <= max)"
+            )
+    low, high = values["min_ms"], values["max_ms"]
+    slack = _ROUNDING * high
+    means = ["trimmed_mean_ms"]
+    if mean_in_range and values.get("mean_ms") is not None:
+        means.append("mean_ms")
+    for name in means:
+        if not low - slack <= values[name] <= high + slack:
+            return (
+                f"{name}={values[name]!r} is outside [min_ms, max_ms] = "
+                f"[{low!r}, {high!r}]"
+            )
+    return None
+
+
 def geomean(values: Iterable[float]) -> float:
     """Geometric mean of positive values (nan if there is none)."""
     logs = [math.log(v) for v in values]

@@ -57,10 +57,18 @@ def test_time_suite_stores_skips_and_estimates(tmp_path):
         )
         assert set(first.timed) == set(suite.signatures) == set(seen)
         assert first.skipped == () and first.wall_s > 0
+        assert store.described() == set(seen)  # Kept with each timing.
+        # As a store written before descriptions were kept: a bench that
+        # times nothing gives its bricks theirs.
+        with sqlite3.connect(tmp_path / "s.sqlite") as db:
+            db.execute("DELETE FROM brick_descriptions")
         again = bench.time_suite(
             suite, store, SETTINGS, fp, FAST, accept_noisy=True
         )
         assert again.timed == () and set(again.skipped) == set(seen)
+        assert store.descriptions(SETTINGS, fp) == {
+            e.signature: e.brick.describe() for e in suite.entries
+        }
         results = store.results(SETTINGS, fp)
 
     est = estimate_lib.estimate(d, results)

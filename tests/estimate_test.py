@@ -128,6 +128,51 @@ def test_call_overhead_is_added_once():
     assert par.ms == pytest.approx(7.5)
 
 
+@pytest.mark.parametrize(
+    "field, value, words",
+    [
+        ("median_ms", -1.0, "whose latency is -1.0 ms"),
+        ("median_ms", float("inf"), "whose latency is inf ms"),
+        ("median_ms", float("nan"), "whose latency is nan ms"),
+        ("ci_high_ms", float("inf"), "whose interval high is inf ms"),
+        ("ci_low_ms", "low", "whose interval low is 'low' ms"),
+        ("mean_half_ms", "wide", "that is not numbers"),
+    ],
+)
+def test_a_timing_that_would_make_an_impossible_sum_is_named(
+    field, value, words
+):
+    import dataclasses
+
+    mean = field == "mean_half_ms"
+    bad = dataclasses.replace(
+        _timing(5.0), **{field: value}, **({"mean_ms": 5.0} if mean else {})
+    )
+    statistic = "mean" if mean else "median"
+    with pytest.raises(estimate_lib.ImpossibleTimingError) as info:
+        estimate_lib.estimate(
+            _DIAMOND, {**_RESULTS, "b": bad}, statistic=statistic
+        )
+    message = str(info.value)
+    assert len(message.splitlines()) == 1
+    assert message.startswith("Model 'm': brick b has a stored timing ")
+    assert words in message and "`dlbricks bench` times it again" in message
+    assert info.value.signature == "b"
+
+
+def test_a_low_bound_below_zero_is_cut_at_zero():
+    # A chained brick of a few microseconds: its mean's interval reaches
+    # below 0, which no latency does.
+    tiny = Timing(
+        0.001, 0.002, 0.002, 0.003, 5, 0.001, 0.003, False,
+        mean_ms=0.001, mean_half_ms=0.004,
+    )  # fmt: skip
+    one = _decomposition(["t"], [()])
+    est = estimate_lib.estimate(one, {"t": tiny})
+    assert est.ms == pytest.approx(0.001) and est.low_ms == 0.0
+    assert est.high_ms == pytest.approx(0.005)
+
+
 def test_speedup():
     assert estimate_lib.speedup({"x": 10.0, "y": 30.0}, {"a": 4, "b": 4}) == 5
 

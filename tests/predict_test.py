@@ -5,7 +5,9 @@ law of the bricks' features and are written to real SQLite stores, so what
 the predictor should find is known exactly.
 """
 
+import contextlib
 import math
+import sqlite3
 
 import keras
 import numpy as np
@@ -21,7 +23,7 @@ from dlbricks_tf.machine.fingerprint import system_fingerprint
 from dlbricks_tf.machine.settings import RunSettings
 from dlbricks_tf.storing.store import Store
 from tests import models
-from tests.cli import dlbricks
+from tests.cli import FAST, dlbricks
 from tests.fakes import FP, SETTINGS
 from tests.law import law_ms
 from tests.law import law_store as _law_store
@@ -417,6 +419,94 @@ def test_cli_cover_uses_bricks_of_several_g(files, tmp_path):
         for b in from_runs(g, f, split.split(g, 1), granularity=1).bricks
     )
     assert math.isclose(float(cells[3]), want, rel_tol=1e-3)
+
+
+def test_a_description_gives_the_features_of_the_brick_it_describes(
+    graphs, tmp_path
+):
+    with _law_store(tmp_path / "s.sqlite", graphs) as store:
+        results = store.results(SETTINGS, FP)
+    walked = predict_lib.examples(graphs, results, max_granularity=2)
+    texts = {}
+    for name, (graph, factory) in graphs.items():
+        cut = Cutter(graph, factory)
+        for i in range(len(graph.calls)):
+            b = cut.brick(i, i + 1)
+            texts[b.signature] = b.describe()
+            # What the signature hashes only: no layer or model name.
+            for named in (name, *b.layers):
+                assert f'"{named.split("/")[-1]}"' not in texts[b.signature]
+    read, unread = predict_lib.described_examples(
+        {**texts, "0" * 16: "{}"}, {**results, "0" * 16: _timing(1.0)}
+    )
+    assert list(unread) == ["0" * 16]
+    assert len(read) == len(texts) and len(read) < len(walked)
+    by_signature = {e.signature: e for e in walked}
+    for e in read:  # Each a group of its own: no model is named.
+        assert e.features == by_signature[e.signature].features
+        assert e.median_ms == by_signature[e.signature].median_ms
+        assert e.group == e.signature
+
+
+@pytest.fixture(scope="module")
+def unseen(tmp_path_factory):
+    """A model none of the chain's and residual's bricks come from."""
+    model = models.shared_and_ops()[0]
+    path = tmp_path_factory.mktemp("unseen") / "shared_and_ops.keras"
+    model.save(path)
+    return str(path)
+
+
+def test_a_store_filled_by_bench_alone_teaches_the_predictor(
+    files, unseen, tmp_path
+):
+    """`bench --models` stores each brick's description: the predictor
+    learns from them with no model to walk, and prices a model whose
+    bricks were never timed."""
+    db = tmp_path / "bench.sqlite"
+    proc = dlbricks(
+        "bench", f"--models={','.join(files)}", "--granularity=1,2",
+        f"--db={db}", *FAST,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    with Store(db) as store:
+        assert store.described() == {r["signature"] for r in store.rows()}
+    common = [f"--models={unseen}", f"--db={db}", f"--out={tmp_path / 'o'}"]
+    proc = dlbricks("estimate", *common)
+    assert proc.returncode == 1, proc.stderr  # Never timed.
+    proc = dlbricks("estimate", "--predict", *common)
+    assert proc.returncode == 0, proc.stderr
+    assert "Predictor: learning from the descriptions of the " in proc.stdout
+    assert "walking" not in proc.stdout
+    row = next(
+        x for x in proc.stdout.splitlines() if x.startswith("| shared_and_ops")
+    )
+    assert "predicted 100%" in row
+    cells = [c.strip() for c in row.strip("|").split("|")]
+    assert all(math.isfinite(float(c)) and float(c) > 0 for c in cells[3:6])
+
+
+def test_an_old_schema_store_still_estimates_by_walking_its_models(
+    files, tmp_path
+):
+    db = _cli_store(tmp_path, files, skip_last=True)
+    # As schema 4 left it: no table of descriptions.
+    with contextlib.closing(sqlite3.connect(db)) as conn, conn:
+        conn.execute("DROP TABLE brick_descriptions")
+        conn.execute("UPDATE meta SET value = '4'")
+    proc = dlbricks(
+        "estimate", "--predict", f"--models={','.join(files)}",
+        f"--db={db}", f"--out={tmp_path / 'out'}",
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    said = [x for x in proc.stdout.splitlines() if "descriptions" in x]
+    assert said == [
+        "Predictor: the store keeps no brick descriptions (its bricks were "
+        "timed before stores kept them): learning from the models walked "
+        "again, as before"
+    ]
+    row = next(x for x in proc.stdout.splitlines() if x.startswith("| chain"))
+    assert "| predicted " in row and "(1 bricks)" in row
 
 
 if __name__ == "__main__":

@@ -104,6 +104,9 @@ def test_the_fit_key_changes_with_what_is_learnt_from():
         saved_predictor.fit_key(
             "efficiency", 1, False, ["m", "n"], {**results, "a": timing(1.1)}
         ),
+        saved_predictor.fit_key(
+            "efficiency", 1, False, ["m", "n"], results, described=["a"]
+        ),
     ]
     assert key not in changed and len(set(changed)) == len(changed)
 

@@ -13,12 +13,18 @@ The merged store must hold every signature of the suite exactly once.
 """
 
 import collections
+import contextlib
+import shutil
+import sqlite3
 from pathlib import Path
 
 import pytest
 
 import dlbricks_tf
+from dlbricks_tf import limits
+from dlbricks_tf.cutting import description
 from dlbricks_tf.cutting.suite import Suite, build_suite
+from dlbricks_tf.storing.database import StoreError
 from dlbricks_tf.storing.store import Store
 from tests import models
 from tests.cli import FAST, dlbricks
@@ -64,6 +70,19 @@ def check_shards_and_merge(suite: Suite, stores: list[Path], merged: Path):
     ]
     assert added == [len(suite.shard(i, count)) for i in range(count)]
     assert stored_signatures(merged) == collections.Counter(suite.signatures)
+    # Each brick's description, once, whichever shard timed it.
+    assert described(merged) == collections.Counter(suite.signatures)
+
+
+def described(db: Path | str) -> collections.Counter:
+    """How many descriptions each signature has in a store (each must read
+    back as the brick it is filed under)."""
+    with contextlib.closing(sqlite3.connect(db)) as conn:
+        rows = conn.execute("SELECT signature, json FROM brick_descriptions")
+        rows = rows.fetchall()
+    for signature, text in rows:
+        description.parse(text, signature)
+    return collections.Counter(s for s, _ in rows)
 
 
 @pytest.fixture(scope="module")
@@ -129,6 +148,120 @@ def test_an_index_without_a_count_is_one_line(tiny, tmp_path):
     assert "--num_shards" in proc.stderr
     assert "Traceback" not in proc.stderr
     assert not db.exists()  # Nothing is timed or written.
+
+
+@pytest.fixture(scope="module")
+def timed(tiny, tmp_path_factory):
+    """A store `dlbricks bench` filled with the tiny model's bricks."""
+    path, suite = tiny
+    db = tmp_path_factory.mktemp("timed") / "timed.sqlite"
+    proc = dlbricks("bench", f"--models={path}", f"--db={db}", *FAST)
+    assert proc.returncode == 0, proc.stderr
+    return db, suite
+
+
+def _copy(db: Path, folder: Path, sql: str = "") -> tuple[Path, str]:
+    """A copy of a store with `sql` run on it; the signature of the row
+    `sql` may name as `{sig}` (the first brick's, by signature)."""
+    copy = folder / f"copy{len(list(folder.glob('copy*')))}.sqlite"
+    shutil.copy(db, copy)
+    with contextlib.closing(sqlite3.connect(copy)) as conn, conn:
+        (sig,) = conn.execute(
+            "SELECT MIN(signature) FROM brick_results"
+        ).fetchone()
+        if sql:
+            conn.execute(sql.format(sig=sig))
+    return copy, sig
+
+
+def _counts(db: Path) -> dict[str, int]:
+    with contextlib.closing(sqlite3.connect(db)) as conn:
+        tables = [t for (t,) in conn.execute(
+            "SELECT name FROM sqlite_master WHERE type = 'table'")]  # fmt: skip
+        return {
+            t: conn.execute(f"SELECT COUNT(*) FROM {t}").fetchone()[0]
+            for t in tables
+        }
+
+
+_IMPOSSIBLE = {
+    "negative_median": (
+        "UPDATE brick_results SET median_ms = -median_ms - 1"
+        " WHERE signature = '{sig}'",
+        "median_ms=-",
+    ),
+    "infinite_median": (
+        "UPDATE brick_results SET median_ms = 1e999 WHERE signature = '{sig}'",
+        "median_ms=inf is not a finite latency of 0 ms or more",
+    ),
+    "min_above_median": (
+        "UPDATE brick_results SET min_ms = 2 * median_ms + 1"
+        " WHERE signature = '{sig}'",
+        "> median_ms=",
+    ),
+}
+
+
+@pytest.mark.parametrize("sql, words", _IMPOSSIBLE.values(), ids=_IMPOSSIBLE)
+def test_merge_of_a_store_with_an_impossible_row_adds_nothing(
+    timed, tmp_path, sql, words
+):
+    db, _ = timed
+    bad, sig = _copy(db, tmp_path, sql)
+    into, _ = _copy(db, tmp_path, "DELETE FROM brick_results")
+    before = _counts(into)
+    with Store(into) as store, pytest.raises(StoreError) as info:
+        store.merge_from(bad)
+    message = str(info.value)
+    assert len(message.splitlines()) == 1, message
+    assert f"Store {str(bad)!r} was not merged" in message
+    assert f"brick_results row (signature {sig!r}, settings " in message
+    assert words in message and "nothing of it was added" in message
+    assert _counts(into) == before
+    proc = dlbricks("merge", f"--db={into}", str(bad))
+    assert proc.returncode == 1
+    assert proc.stderr.startswith("dlbricks: error: Store ")
+    assert len(proc.stderr.splitlines()) == 1, proc.stderr
+    assert "Traceback" not in proc.stderr and words in proc.stderr
+    assert _counts(into) == before
+
+
+def test_a_store_merged_twice_keeps_each_description_once(timed, tmp_path):
+    db, suite = timed
+    assert described(db) == collections.Counter(suite.signatures)
+    merged = tmp_path / "merged.sqlite"
+    with Store(merged) as store:
+        assert store.merge_from(db) == len(suite)
+        assert store.merge_from(_copy(db, tmp_path)[0]) == 0
+    assert described(merged) == collections.Counter(suite.signatures)
+
+
+def test_merge_refuses_a_description_it_cannot_trust(timed, tmp_path):
+    db, _ = timed
+    swapped = (
+        "UPDATE brick_descriptions SET json = (SELECT json FROM"
+        " brick_descriptions WHERE signature != '{sig}' LIMIT 1)"
+        " WHERE signature = '{sig}'"
+    )
+    cut = "UPDATE brick_descriptions SET json = substr(json, 1, 40)"
+    for sql, words in (
+        (swapped, "describes brick "),
+        (cut, "is not valid JSON"),
+    ):
+        bad, _ = _copy(db, tmp_path, sql)
+        with Store(tmp_path / "into.sqlite") as store:
+            with pytest.raises(StoreError) as info:
+                store.merge_from(bad)
+        message = str(info.value)
+        assert len(message.splitlines()) == 1, message
+        assert "brick_descriptions row (signature " in message
+        assert words in message, message
+        assert _counts(tmp_path / "into.sqlite")["brick_results"] == 0
+    # Over the limits every reader has: refused too.
+    with limits.using(limits.Limits(json_depth=3)):
+        with Store(tmp_path / "into.sqlite") as store:
+            with pytest.raises(StoreError, match="over the limit of 3"):
+                store.merge_from(db)
 
 
 if __name__ == "__main__":

@@ -409,7 +409,7 @@ def test_version_1_store_is_upgraded_in_place_keeping_results(tmp_path):
         db.execute("DROP TABLE predictors")
         db.execute("UPDATE meta SET value = '1' WHERE key = 'schema_version'")
     with store_lib.Store(path) as store:
-        assert store.schema_version == database.SCHEMA_VERSION == 4
+        assert store.schema_version == database.SCHEMA_VERSION == 5
         assert store.get("a", SETTINGS, FP) == _timing(1.0)
         assert store.get_model("m", SETTINGS, FP) == _timing(3.0)
         store.put_failure("b", SETTINGS, FP, "boom")
@@ -427,7 +427,9 @@ def _version_3_file(path):
     schema = database._SCHEMA.replace(database._STATS_DDL, stats_ddl)
     with contextlib.closing(sqlite3.connect(path)) as db, db:
         for statement in schema.split(";"):
-            if statement.strip() and "reference_states" not in statement:
+            if statement.strip() and not any(
+                t in statement for t in ("reference_states", "descriptions")
+            ):
                 db.execute(statement)
         db.execute("INSERT INTO meta VALUES ('schema_version', '3')")
         db.execute(
@@ -459,7 +461,7 @@ def test_version_3_store_gains_means_and_reads_back_the_same_figures(
     _version_3_file(path)
     old = dataclasses.replace(_timing(2.0), mean_ms=None, mean_half_ms=None)
     with store_lib.Store(path) as store:
-        assert store.schema_version == 4
+        assert store.schema_version == database.SCHEMA_VERSION
         brick = store.get("a", SETTINGS, FP)
         assert brick == old
         # No mean stored: the estimate's centre is the median, as before.
@@ -510,6 +512,146 @@ def test_merge_copies_failures_unless_a_timing_exists(tmp_path):
         assert b.merge_from(tmp_path / "a.sqlite") == 0
         assert b.failures(SETTINGS, FP) == {"x": "bad x"}
         assert b.get("y", SETTINGS, FP) == _timing(1.0)
+
+
+def test_merge_carries_reference_states_keeping_the_first(tmp_path):
+    other = dataclasses.replace(SETTINGS, batch_size=SETTINGS.batch_size + 1)
+    with store_lib.Store(tmp_path / "a.sqlite") as a:
+        a.put("x", SETTINGS, FP, _timing(1.0))
+        a.put_reference_state(SETTINGS, FP, 1.5)
+        a.put_reference_state(other, FP, 2.5)
+    with store_lib.Store(tmp_path / "b.sqlite") as b:
+        b.put_reference_state(SETTINGS, FP, 3.0)  # Calibrated first here.
+        assert b.merge_from(tmp_path / "a.sqlite") == 1
+        # Every timing of b is scaled to its own state: it stays.
+        assert b.reference_state(SETTINGS, FP) == 3.0
+        assert b.reference_state(other, FP) == 2.5
+    with store_lib.Store(tmp_path / "c.sqlite") as c:
+        assert c.merge_from(tmp_path / "a.sqlite") == 1
+        assert c.reference_state(SETTINGS, FP) == 1.5
+
+
+def _table_counts(path):
+    with contextlib.closing(sqlite3.connect(path)) as db:
+        tables = [t for (t,) in db.execute(
+            "SELECT name FROM sqlite_master WHERE type = 'table'")]  # fmt: skip
+        return {
+            t: db.execute(f"SELECT COUNT(*) FROM {t}").fetchone()[0]
+            for t in tables
+        }
+
+
+# Rows another program could have written to a store; each is refused.
+_IMPOSSIBLE = {
+    "negative_median": (
+        "UPDATE brick_results SET median_ms = -1.0 WHERE signature = 'y'",
+        "brick_results row (signature 'y', settings 'tf-b1-t2x1-onednn1-jit0"
+        "-chain', fingerprint '{fp}') has median_ms=-1.0 is not a finite",
+    ),
+    "infinite_max": (
+        "UPDATE model_results SET max_ms = 1e999",
+        "model_results row (model 'm', settings 'tf-b1-t2x1-onednn1-jit0-"
+        "chain', fingerprint '{fp}') has max_ms=inf is not a finite",
+    ),
+    "text_min": (
+        "UPDATE brick_results SET min_ms = 'fast' WHERE signature = 'x'",
+        "(signature 'x', settings ",
+    ),
+    "min_above_median": (
+        "UPDATE brick_results SET min_ms = 2 * median_ms WHERE signature = 'x'",
+        "has min_ms=2.0 > median_ms=1.0",
+    ),
+    "no_samples": (
+        "UPDATE brick_results SET samples = 0 WHERE signature = 'x'",
+        "has samples=0 is not a count of 1 or more",
+    ),
+    "mean_above_max": (
+        "UPDATE model_results SET mean_ms = 9.0",
+        "has mean_ms=9.0 is outside [min_ms, max_ms] = [5.0, 5.0]",
+    ),
+    "settings_of_another_key": (
+        "UPDATE settings SET json = replace(json, '\"batch_size\": 1',"
+        " '\"batch_size\": 2')",
+        "settings row 'tf-b1-t2x1-onednn1-jit0-chain' holds settings whose"
+        " key is 'tf-b2-t2x1-onednn1-jit0-chain'",
+    ),
+    "fingerprint_of_another_id": (
+        "UPDATE fingerprints SET json = replace(json, 'Test CPU', 'Other')",
+        "fingerprints row '{fp}' holds a fingerprint whose id is",
+    ),
+    "settings_absent": (
+        "UPDATE brick_results SET settings_key = 'gone' WHERE signature = 'x'",
+        "brick_results row (signature 'x', settings 'gone', fingerprint "
+        "'{fp}') names settings it lacks",
+    ),
+    "failure_of_an_absent_machine": (
+        "UPDATE brick_failures SET fingerprint_id = 'gone'",
+        "brick_failures row (signature 'f', settings 'tf-b1-t2x1-onednn1-"
+        "jit0-chain', fingerprint 'gone') names a fingerprint it lacks",
+    ),
+    "reference_below_zero": (
+        "UPDATE reference_states SET state_ms = -2.0",
+        "reference_states row (settings 'tf-b1-t2x1-onednn1-jit0-chain', "
+        "fingerprint '{fp}') has state_ms=-2.0, not a finite positive time",
+    ),
+}
+
+
+@pytest.mark.parametrize("sql, words", _IMPOSSIBLE.values(), ids=_IMPOSSIBLE)
+def test_merge_refuses_a_file_with_an_impossible_row(tmp_path, sql, words):
+    bad = tmp_path / "bad.sqlite"
+    with store_lib.Store(bad) as store:
+        store.put("x", SETTINGS, FP, _timing(1.0))
+        store.put("y", SETTINGS, FP, _timing(2.0))
+        store.put_model("m", SETTINGS, FP, _timing(5.0))
+        store.put_failure("f", SETTINGS, FP, "boom")
+        store.put_reference_state(SETTINGS, FP, 1.5)
+    with contextlib.closing(sqlite3.connect(bad)) as db, db:
+        db.execute("PRAGMA foreign_keys = OFF")
+        db.execute(sql)
+    into = tmp_path / "into.sqlite"
+    with store_lib.Store(into) as store:
+        store.put("z", SETTINGS, FP, _timing(3.0))
+    before = _table_counts(into)
+    with store_lib.Store(into) as store:
+        with pytest.raises(database.StoreError) as info:
+            store.merge_from(bad)
+    message = str(info.value)
+    assert len(message.splitlines()) == 1, message
+    assert message.startswith(f"Store {str(bad)!r} was not merged: its ")
+    assert words.format(fp=FP.id) in message
+    assert "nothing of it was added" in message
+    assert _table_counts(into) == before
+
+
+def test_a_brick_keeps_one_description_whatever_its_settings(tmp_path):
+    other = dataclasses.replace(SETTINGS, batch_size=SETTINGS.batch_size + 1)
+    with store_lib.Store(tmp_path / "s.sqlite") as store:
+        store.put("a", SETTINGS, FP, _timing(1.0), description="A")
+        store.put("a", other, FP, _timing(2.0), description="A again")
+        store.put("b", other, FP, _timing(2.0), description="B")
+        store.put("c", SETTINGS, FP, _timing(2.0))
+        assert store.descriptions(SETTINGS, FP) == {"a": "A"}
+        assert store.descriptions(other, FP) == {"a": "A", "b": "B"}
+        assert store.put_descriptions({"c": "C", "b": "B again"}) == 1
+        assert store.descriptions(SETTINGS, FP) == {"a": "A", "c": "C"}
+        assert store.described() == {"a", "b", "c"}
+    assert _count(tmp_path / "s.sqlite", "brick_descriptions") == 3
+
+
+def test_missing_times_again_a_timing_no_sum_can_use(tmp_path):
+    path = tmp_path / "s.sqlite"
+    with store_lib.Store(path) as store:
+        store.put("a", SETTINGS, FP, _timing(1.0))
+        store.put("b", SETTINGS, FP, _timing(1.0))
+    with contextlib.closing(sqlite3.connect(path)) as db, db:
+        db.execute(
+            "UPDATE brick_results SET mean_ms = -0.5 WHERE signature = 'b'"
+        )
+    with store_lib.Store(path) as store:
+        assert store.missing(["a", "b"], SETTINGS, FP) == ["b"]
+        store.put("b", SETTINGS, FP, _timing(1.0))
+        assert store.missing(["a", "b"], SETTINGS, FP) == []
 
 
 # A schema-1 store as the code before `SystemFingerprint.onednn_rule`
@@ -615,7 +757,7 @@ def test_new_rows_are_not_mixed_with_old_ones(tmp_path):
         assert counts == {_OLD_FP_ID: (True, 2), new_fp.id: (False, 1)}
 
 
-# The schemas as store.py created them at versions 1, 2 and 3 (from its
+# The schemas as store.py created them at versions 1 to 4 (from its
 # history), frozen here: a change to today's schema must not change the
 # old files these tests read back.
 _OLD_STATS_DDL = """
@@ -675,9 +817,14 @@ CREATE TABLE IF NOT EXISTS predictors (
     UNIQUE (settings_key, fingerprint_id));
 """
 )
-_OLD_SCHEMAS = {1: _SCHEMA_1, 2: _SCHEMA_2, 3: _SCHEMA_3}
+_SCHEMA_4 = _SCHEMA_3.replace(
+    "loop_overhead_ms REAL NOT NULL,",
+    "loop_overhead_ms REAL NOT NULL,\n    mean_ms REAL, mean_half_ms REAL,",
+)
+_OLD_SCHEMAS = {1: _SCHEMA_1, 2: _SCHEMA_2, 3: _SCHEMA_3, 4: _SCHEMA_4}
 # What each old file holds: bricks "a" and "n" (noisy), model "m"; from
-# schema 2 a failed brick "f"; from 3 a predictor and a reference state.
+# schema 2 a failed brick "f"; from 3 a predictor and a reference state;
+# schema 4's means are left NULL.
 _OLD_BRICKS = {"a": _timing(1.25), "n": _timing(3.0, noisy=True)}
 
 
@@ -738,7 +885,7 @@ def _old_rows(path, columns):
         }
 
 
-@pytest.mark.parametrize("version", [1, 2, 3])
+@pytest.mark.parametrize("version", [1, 2, 3, 4])
 def test_old_schema_file_reads_back_unchanged(tmp_path, version):
     path = tmp_path / f"v{version}.sqlite"
     _old_schema_file(path, version)
@@ -778,6 +925,8 @@ def test_old_schema_file_reads_back_unchanged(tmp_path, version):
             ]
             assert {r["settings"]["protocol"] for r in rows} == {"chain"}
             assert all(r["fingerprint"] == FP.to_dict() for r in rows)
+            # Its bricks were timed before descriptions were kept.
+            assert store.descriptions(SETTINGS, FP) == {}
     assert _old_rows(path, columns) == before  # Row by row, column by column.
 
 

@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 from tensorboard.backend.event_processing import event_accumulator
 
+from dlbricks_tf.cutting import description
 from dlbricks_tf.machine.fingerprint import system_fingerprint
 from dlbricks_tf.machine.settings import RunSettings
 from dlbricks_tf.measuring import brick_timing
@@ -162,7 +163,9 @@ def test_run_and_both_benches_store_the_same_keys(
         "bench --models": ["bench", f"--models={model}", "--granularity=2"],
         "bench --suite": ["bench", f"--suite={suite}"],
     }
+    fp = system_fingerprint()
     keys = {}
+    texts = {}
     for name, args in commands.items():
         db = tmp_path / "run" / "store.sqlite"
         if name != "run":
@@ -180,13 +183,23 @@ def test_run_and_both_benches_store_the_same_keys(
                 )
                 for r in store.rows("brick")
             }
+            texts[name] = store.descriptions(_settings("tf"), fp)
     assert set(calls) == set(commands)  # Each through the one path.
     settings = _settings("tf")
     expected = {
-        (signature, settings.key(), system_fingerprint().id)
+        (signature, settings.key(), fp.id)
         for signature in suite_dir.load_suite(suite).signatures
     }
     assert keys == dict.fromkeys(commands, expected)
+    # Each path keeps what every brick it timed computes, read back as the
+    # brick it is filed under. A suite brick's outputs have the specs its
+    # manifest records, which its model's config may not, so the texts of
+    # the bricks cut from the model are the same only from run and bench.
+    assert texts["run"] == texts["bench --models"]
+    for name, described in texts.items():
+        assert set(described) == {s for s, _, _ in expected}, name
+        for signature, text in described.items():
+            description.parse(text, signature)
 
 
 def test_measurer_times_a_saved_model_in_process(exported):
@@ -290,6 +303,43 @@ def test_a_broken_brick_is_recorded_and_the_rest_timed(exported, tmp_path):
     with Store(db) as store:
         assert set(store.results(settings, fp)) == set(signatures)
         assert store.failures(settings, fp) == {}
+
+
+def test_a_store_of_a_suite_alone_teaches_the_predictor(tmp_path):
+    """bench --suite keeps each brick's description (read from its
+    `.keras` file): `estimate --predict` learns from them with no source
+    model, and prices a model none of the suite's bricks came from."""
+    paths = []
+    for build in (models.chain, models.residual, models.shared_and_ops):
+        model = build()[0]
+        paths.append(str(tmp_path / f"{model.name}.keras"))
+        model.save(paths[-1])
+    out = tmp_path / "out"
+    proc = dlbricks(
+        "export", f"--models={paths[0]},{paths[1]}", "--granularity=1",
+        f"--out={out}",
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    suite = suite_dir.load_suite(out / "suite")
+    assert len(suite) >= 10  # What a predictor needs.
+    db = tmp_path / "suite.sqlite"
+    proc = dlbricks("bench", f"--suite={out / 'suite'}", f"--db={db}", *FAST)
+    assert proc.returncode == 0, proc.stderr
+    with Store(db) as store:
+        assert store.described() == set(suite.signatures)
+    proc = dlbricks(
+        "estimate", "--predict", f"--models={paths[2]}", f"--db={db}",
+        f"--out={tmp_path / 'estimates'}",
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    assert (
+        f"Predictor: learning from the descriptions of the {len(suite)} "
+        "timed bricks; no model walked"
+    ) in proc.stdout
+    row = next(
+        x for x in proc.stdout.splitlines() if x.startswith("| shared_and_ops")
+    )
+    assert "predicted 100%" in row
 
 
 if __name__ == "__main__":

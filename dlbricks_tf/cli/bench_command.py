@@ -150,7 +150,7 @@ def _onnx_brick(folder: str, batch_size: int, entry):
 
 def _bench_suite_dir(folder: str) -> None:
     """bench --suite: time an exported suite folder, no model needed."""
-    from dlbricks_tf.portable import suite_bench
+    from dlbricks_tf.portable import suite_bench, suite_bricks
     from dlbricks_tf.running import bench as bench_lib
 
     _, db, _ = outputs.paths()
@@ -191,12 +191,22 @@ def _bench_suite_dir(folder: str) -> None:
             brick_options,
             stop,
             build=build,
+            describe=suite_bricks.describe,
         )
     fail_if_any_failed(failed)
 
 
 def _time_suite(
-    label, part, s, store, settings, fp, options, stop, build=None
+    label,
+    part,
+    s,
+    store,
+    settings,
+    fp,
+    options,
+    stop,
+    build=None,
+    describe=None,
 ) -> tuple[tuple[str, str], ...]:
     """Times what the store lacks of suite `s`; returns the failed bricks."""
     from dlbricks_tf.running import bench as bench_lib
@@ -222,6 +232,7 @@ def _time_suite(
         build=build,
         on_failure=on_failure,
         scale=timing_flags.reference_scale(store, settings, fp),
+        describe=describe,
     )
     print(
         f"{label}: timed {len(summary.timed)}, already stored "

@@ -29,10 +29,11 @@ PREDICT = flags.DEFINE_bool(
     False,
     "estimate: predict the bricks the store lacks with a latency model "
     "fitted on the store's bricks of these settings and this machine "
-    "(those of the keras.applications models the store timed, or of "
-    "--models if it timed none, and of the probes `bench --probes` "
-    "timed), kept in the store for the next call; without it a missing "
-    "brick is an error.",
+    "(every one it keeps a description of; for bricks timed before "
+    "stores kept them, those of the keras.applications models the store "
+    "timed, or of --models if it timed none, and of the probes `bench "
+    "--probes` timed), kept in the store for the next call; without it a "
+    "missing brick is an error.",
 )
 
 

@@ -7,7 +7,7 @@ from typing import Any
 
 import keras
 
-from dlbricks_tf.cutting import replay
+from dlbricks_tf.cutting import description, replay
 from dlbricks_tf.cutting.graph import Call, TensorSpec
 
 
@@ -60,6 +60,8 @@ class Brick:
         class_names: the class of each call.
         input_ids: ids of the model tensors it reads, in `inputs` order.
         output_ids: ids of the model tensors it exposes, in `outputs` order.
+        specs: the spec of every tensor id of the graph it was cut from
+            (what `describe` reads; empty for a brick made without one).
     """
 
     layers: tuple[str, ...]
@@ -71,6 +73,17 @@ class Brick:
     output_ids: tuple[int, ...]
     calls: tuple[Call, ...] = dataclasses.field(repr=False, compare=False)
     factory: replay.LayerFactory = dataclasses.field(repr=False, compare=False)
+    specs: tuple[TensorSpec | None, ...] = dataclasses.field(
+        default=(), repr=False, compare=False
+    )
+
+    def describe(self) -> str:
+        """What the brick computes, as JSON without names or weights.
+
+        See `dlbricks_tf.cutting.description`: what a store keeps beside
+        the brick's timing, so that a predictor can learn from it.
+        """
+        return description.describe(self, self.specs)
 
     def build(
         self,

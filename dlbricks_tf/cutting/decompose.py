@@ -222,6 +222,7 @@ class Cutter:
             output_ids=tuple(outputs),
             calls=run,
             factory=self.factory,
+            specs=graph.specs,
         )
 
 

@@ -34,6 +34,7 @@ from dlbricks_tf.estimating import predict as predict_lib
 from dlbricks_tf.estimating import saved_predictor
 from dlbricks_tf.estimating.rows import estimate_row
 from dlbricks_tf.models import corpus, probes, sources
+from dlbricks_tf.stats import timing_problem
 from dlbricks_tf.storing.database import StoreError
 
 # The predictor's method (`predict.METHODS`).
@@ -56,6 +57,8 @@ def train(
     *,
     max_granularity: int,
     fuse: bool = False,
+    descriptions: Mapping[str, str] | None = None,
+    log: Any = None,
 ) -> predict_lib.Predictor:
     """A predictor fitted on the stored bricks of some models.
 
@@ -65,9 +68,15 @@ def train(
         results: `Store.results(settings, fp)`: one settings, one machine.
         max_granularity: The largest run to learn from.
         fuse: Steps are fusion units.
+        descriptions: {signature: description} of stored bricks
+            (`Store.descriptions`): learnt from too, with no model, unless
+            a model of `graphs` holds them.
+        log: Called with a line naming descriptions that do not read back
+            (left out), if given.
 
     Its cross-validation holds out whole families of keras.applications
-    (`corpus.family`; any other model is a family of its own), so that its
+    (`corpus.family`; any other model is a family of its own; a brick
+    known by its description alone is a group of its own), so that its
     error is that of a model unlike those it learnt from.
 
     Raises:
@@ -80,6 +89,17 @@ def train(
         fuse=fuse,
         group_of=corpus.family,
     )
+    if descriptions:
+        more, unread = predict_lib.described_examples(
+            descriptions, results, exclude=frozenset(e.signature for e in data)
+        )
+        data += more
+        if unread and log:
+            first, why = next(iter(unread.items()))
+            log(
+                f"Predictor: left out {len(unread)} stored description(s) "
+                f"that do not read back (brick {first}: {why})"
+            )
     return predict_lib.Predictor.fit(data, method=METHOD)
 
 
@@ -300,14 +320,22 @@ def kept_predictor(
 ) -> predict_lib.Predictor:
     """The store's predictor for these settings and this machine.
 
-    It learns from the stored bricks of `training` (the models the store timed
-    end to end) and of the probe corpus (`dlbricks_tf.models.probes`, timed by
-    `dlbricks bench --probes`); from those of `graphs`, the models to estimate,
-    only when `training` is empty, so that estimating a new model reuses the
-    predictor fitted for the last one. It is read back from the store when it
-    was fitted from exactly what the store now holds (`saved_predictor.fit_key`:
-    the models learnt from, G, every stored brick and its median), else fitted
-    (`train`) and kept in the store for the next call.
+    It learns from every brick timed under these settings on this machine
+    that the store keeps a description of (`Store.descriptions`: what
+    `bench`, `run` and `bench --suite` store beside each timing), with no
+    model at hand. Bricks timed before stores kept descriptions are found,
+    as they always were, by walking models again: the stored bricks of
+    `training` (the models the store timed end to end) and of the probe
+    corpus (`dlbricks_tf.models.probes`, timed by `dlbricks bench
+    --probes`); of `graphs`, the models to estimate, only when `training`
+    is empty, so that estimating a new model reuses the predictor fitted
+    for the last one. No model is walked when every timed brick has a
+    description. It is read back from the store when it was fitted from
+    exactly what the store now holds (`saved_predictor.fit_key`: the models
+    learnt from, G, every stored brick and its median, the bricks
+    described), else fitted (`train`) and kept in the store for the next
+    call. Timings a sum of latencies cannot use (`stats.timing_problem`:
+    a figure negative, infinite or not a number) are not learnt from.
 
     Args:
         store, settings, fingerprint: Whose bricks, and where it is kept.
@@ -324,13 +352,47 @@ def kept_predictor(
         PredictorError: Too few stored bricks to learn from.
     """
 
-    learnt = {s.name: s for s in training}
-    if not learnt:  # No model timed end to end: learn from those given.
-        learnt = dict.fromkeys(graphs)
-    if probe_corpus:
-        learnt.update({s.name: s for s in probes.sources()})
+    results = {
+        s: t
+        for s, t in results.items()
+        if timing_problem(t.to_dict(), ordered=False) is None
+    }
+    texts = store.descriptions(settings, fingerprint)
+    texts = {s: text for s, text in texts.items() if s in results}
+    undescribed = len(results) - len(texts)
+    learnt: dict[str, Any] = {}
+    if undescribed or not texts:  # Walk the models, as before.
+        learnt = {s.name: s for s in training}
+        if not learnt:  # No model timed end to end: learn from those given.
+            learnt = dict.fromkeys(graphs)
+        if probe_corpus:
+            learnt.update({s.name: s for s in probes.sources()})
+    if log and not texts:
+        log(
+            "Predictor: the store keeps no brick descriptions (its bricks "
+            "were timed before stores kept them): learning from the models "
+            "walked again, as before"
+        )
+    elif log and undescribed:
+        log(
+            f"Predictor: {undescribed} of the {len(results)} timed bricks "
+            "have no description (timed before stores kept them): walking "
+            "the models again to find them"
+        )
+    elif log:
+        log(
+            f"Predictor: learning from the descriptions of the "
+            f"{len(texts)} timed bricks; no model walked"
+        )
     names = sorted(learnt)
-    key = saved_predictor.fit_key(METHOD, max_granularity, fuse, names, results)
+    key = saved_predictor.fit_key(
+        METHOD,
+        max_granularity if learnt else 0,
+        fuse and bool(learnt),
+        names,
+        results,
+        described=texts,
+    )
     text = store.get_predictor(settings, fingerprint, key)
     if text is not None:
         try:
@@ -342,8 +404,8 @@ def kept_predictor(
             if log:
                 log(
                     f"Predictor: kept in the store, fitted on "
-                    f"{predictor.cv.bricks} stored bricks of "
-                    f"{len(names)} model(s)"
+                    f"{predictor.cv.bricks} stored bricks "
+                    f"({_what_is_learnt(learnt, texts)})"
                 )
             return predictor
     learn = {}
@@ -354,11 +416,16 @@ def kept_predictor(
     if log:
         log(
             f"Predictor: fitting and cross-validating on the stored bricks "
-            f"of {len(learn)} model(s); the store keeps it for the "
-            "next call"
+            f"({_what_is_learnt(learn, texts)}); the store keeps it for "
+            "the next call"
         )
     predictor = train(
-        learn, results, max_granularity=max_granularity, fuse=fuse
+        learn,
+        results,
+        max_granularity=max_granularity,
+        fuse=fuse,
+        descriptions=texts,
+        log=log,
     )
     try:
         store.put_predictor(
@@ -370,12 +437,23 @@ def kept_predictor(
     if log:
         cv = predictor.cv
         log(
-            f"Predictor: {cv.bricks} stored bricks of {len(learn)} "
-            f"model(s); cross-validated median brick error "
+            f"Predictor: {cv.bricks} stored bricks "
+            f"({_what_is_learnt(learn, texts)}); cross-validated median "
+            "brick error "
             f"{100 * cv.median_error:.0f}%, "
             f"{100 * cv.within_10pct:.0f}% of bricks within 10%"
         )
     return predictor
+
+
+def _what_is_learnt(learn: Mapping[str, Any], texts: Mapping[str, str]) -> str:
+    """Where the bricks a predictor learns from are found, for its lines."""
+    walked = f"found in {len(learn)} model(s)"
+    if not learn:
+        return "read from their descriptions"
+    if not texts:
+        return walked
+    return f"{walked} or read from their descriptions"
 
 
 def _renamed(est: estimate_lib.Estimate, name: str) -> estimate_lib.Estimate:

@@ -25,6 +25,7 @@ Example:
 from __future__ import annotations
 
 import dataclasses
+import math
 from collections.abc import Mapping, Sequence
 from typing import Any, Protocol
 
@@ -89,6 +90,25 @@ class MissingResultsError(errors.Error):
             f"Model {model!r}: {'; '.join(parts)}. Time them first (they "
             "are listed by Store.missing; `dlbricks bench` tries failed "
             "bricks again)."
+        )
+
+
+class ImpossibleTimingError(errors.Error):
+    """A brick's timing would make an estimate infinite, NaN or negative.
+
+    Attributes:
+        model: The model's name.
+        signature: The brick.
+    """
+
+    def __init__(self, model: str, signature: str, problem: str) -> None:
+        self.model = model
+        self.signature = signature
+        super().__init__(
+            f"Model {model!r}: brick {signature} has {problem}, so no "
+            "estimate is given; `dlbricks bench` times it again (an "
+            "impossible timing counts as missing), or restore the store "
+            "from a copy."
         )
 
 
@@ -195,6 +215,10 @@ def estimate(
     Raises:
         ValueError: For an unknown mode or inconsistent dependencies.
         MissingResultsError: If any brick has no timing.
+        ImpossibleTimingError: If a brick's figure is not a finite number
+            (or its latency or interval high is below 0), which would make
+            the estimate infinite, NaN or negative; a low bound below 0 is
+            cut at 0.
     """
     if mode not in MODES:
         raise ValueError(f"mode must be one of {MODES}. Received: {mode!r}")
@@ -225,14 +249,16 @@ def estimate(
             s for s, t in zip(signatures, timings, strict=True) if t.noisy
         )
     )
-    values = [getattr(t, STATISTICS[statistic]) for t in timings]
     labels = [(sources or {}).get(s, TIMED) for s in signatures]
-    if statistic == "mean":
-        lows = [t.center_low_ms for t in timings]
-        highs = [t.center_high_ms for t in timings]
-    else:
-        lows = [t.ci_low_ms for t in timings]
-        highs = [t.ci_high_ms for t in timings]
+    figures = {
+        s: _figures(decomposition.name, s, label, t, statistic)
+        for s, label, t in zip(signatures, labels, timings, strict=True)
+    }
+    values = [figures[s][0] for s in signatures]
+    # A latency is never below 0: a mean's interval that reaches below it
+    # (a chained brick of a few microseconds) is cut there.
+    lows = [max(figures[s][1], 0.0) for s in signatures]
+    highs = [figures[s][2] for s in signatures]
     return Estimate(
         model=decomposition.name,
         mode=mode,
@@ -244,6 +270,43 @@ def estimate(
         noisy_signatures=noisy,
         sources=_sources(labels, values),
     )
+
+
+def _figures(
+    model: str, signature: str, label: str, timing: Timing, statistic: str
+) -> tuple[float, float, float]:
+    """(latency, interval low, interval high) a brick adds to an estimate.
+
+    Raises:
+        ImpossibleTimingError: A figure is not a finite number, or the
+            latency or the high is below 0 (a sum would be infinite, NaN
+            or negative).
+    """
+    kind = "a predicted" if label == PREDICTED else "a stored"
+    try:
+        value = getattr(timing, STATISTICS[statistic])
+        if statistic == "mean":
+            low, high = timing.center_low_ms, timing.center_high_ms
+        else:
+            low, high = timing.ci_low_ms, timing.ci_high_ms
+    except TypeError as e:  # A figure that is not a number.
+        raise ImpossibleTimingError(
+            model, signature, f"{kind} timing that is not numbers ({e})"
+        ) from e
+    for name, figure, least in (
+        ("latency", value, 0.0),
+        ("interval high", high, 0.0),
+        ("interval low", low, -math.inf),
+    ):
+        if not (
+            isinstance(figure, int | float)
+            and math.isfinite(figure)
+            and figure >= least
+        ):
+            raise ImpossibleTimingError(
+                model, signature, f"{kind} timing whose {name} is {figure!r} ms"
+            )
+    return value, low, high
 
 
 def _sources(labels: Sequence[str], values: Sequence[float]) -> tuple:

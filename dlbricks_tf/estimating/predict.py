@@ -72,6 +72,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from dlbricks_tf import errors
+from dlbricks_tf.cutting import description
 from dlbricks_tf.cutting.decompose import Cutter
 from dlbricks_tf.estimating import cover as cover_lib
 from dlbricks_tf.estimating import features, regressors
@@ -149,6 +150,50 @@ def examples(
                     group_of(name) if group_of else name,
                 )
     return list(out.values())
+
+
+def described_examples(
+    descriptions: Mapping[str, str],
+    results: Mapping[str, Timing],
+    *,
+    exclude: frozenset[str] = frozenset(),
+) -> tuple[list[Example], dict[str, str]]:
+    """The stored bricks a store keeps a description of, with their features.
+
+    No model is needed: the features are read from each brick's
+    description (`dlbricks_tf.cutting.description`), which holds what
+    `features.brick_features` reads of a brick cut from its model. The
+    store keeps no model names, so each brick is a group of its own for
+    the cross-validation.
+
+    Args:
+        descriptions: {signature: description} (`Store.descriptions`).
+        results: {signature: timing} of one settings and fingerprint.
+        exclude: Signatures not to learn from.
+
+    Returns:
+        (the examples in signature order, {signature: why} of the
+        descriptions that do not read back and were left out).
+    """
+    out = []
+    unread = {}
+    for s in sorted(descriptions):
+        if s in exclude or s not in results:
+            continue
+        try:
+            brick = description.parse(descriptions[s], s)
+        except description.DescriptionError as e:
+            unread[s] = str(e)
+            continue
+        out.append(
+            Example(
+                s,
+                features.brick_features(brick, brick.specs),
+                results[s].median_ms,
+                s,
+            )
+        )
+    return out, unread
 
 
 @dataclasses.dataclass(frozen=True)

@@ -47,6 +47,7 @@ def fit_key(
     fuse: bool,
     training: Iterable[str],
     results: Mapping[str, Any],
+    described: Iterable[str] = (),
 ) -> str:
     """A digest of what a predictor is fitted from.
 
@@ -57,6 +58,9 @@ def fit_key(
         results: `Store.results(settings, fp)`: every stored brick of the
             settings and machine, with its median (a brick timed again
             changes the key).
+        described: The stored bricks it learns from by their descriptions
+            (a description, once kept, never changes); none leaves the key
+            of a fit without them as it was.
 
     Returns:
         A hex digest; equal keys mean the same fit.
@@ -76,6 +80,8 @@ def fit_key(
     h.update(json.dumps(head).encode())
     for signature in sorted(results):
         h.update(f"{signature}:{results[signature].median_ms!r};".encode())
+    for signature in sorted(described):
+        h.update(f"described:{signature};".encode())
     return h.hexdigest()
 
 

@@ -75,11 +75,15 @@ class BrickToTime:
         id_bounds: Exclusive id bound per flat input for a Keras model
             whose graph hides its Embeddings (a SavedModel in a
             `TFSMLayer`); None to read them from the graph.
+        describe: Returns the brick's description
+            (`dlbricks_tf.cutting.description`), stored with its timing;
+            called once the brick is timed. None: none is stored.
     """
 
     key: str
     build: Callable[[], Any]
     id_bounds: tuple[int | None, ...] | None = None
+    describe: Callable[[], str | None] | None = None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -161,11 +165,12 @@ def time_bricks(
     """Times `bricks` under `settings` and commits each result to `store`.
 
     The protocol follows the settings (see the module docstring); chains
-    are made in the options' `chain_order`. Each
-    result is written (`store.put`) as soon as its chain or timer is done,
-    then handed to `on_result`; a brick that cannot be built or timed is
-    written as failed (`store.put_failure`) and handed to `on_failure`,
-    and the others go on. A store or thread-pool error stops everything.
+    are made in the options' `chain_order`. Each result is written
+    (`store.put`, with the brick's description if it has a `describe`) as
+    soon as its chain or timer is done, then handed to `on_result`; a
+    brick that cannot be built or timed is written as failed
+    (`store.put_failure`) and handed to `on_failure`, and the others go
+    on. A store or thread-pool error stops everything.
 
     Args:
         bricks: What to time, in order (a repeated key is timed once).
@@ -210,7 +215,7 @@ def time_bricks(
     failed: list[tuple[str, str]] = []
 
     def commit(key: str, result: Timing) -> None:
-        store.put(key, settings, fingerprint, result)
+        store.put(key, settings, fingerprint, result, describe(key))
         timed.append(key)
         if result.noisy:
             noisy.append(key)
@@ -227,6 +232,18 @@ def time_bricks(
             on_failure(key, reason)
 
     unique = list({b.key: b for b in bricks}.values())
+    describers = {b.key: b.describe for b in unique}
+
+    def describe(key: str) -> str | None:
+        # The timing is stored whatever happens here: a brick whose
+        # description cannot be made (a suite's file that no longer reads)
+        # is only left out of what a predictor learns from.
+        describer = describers.get(key)
+        try:
+            return describer() if describer is not None else None
+        except Exception:
+            return None
+
     if settings.protocol == "chain" and measure is None:
         chained = [
             campaign.ChainedBrick(b.key, b.build, b.id_bounds) for b in unique

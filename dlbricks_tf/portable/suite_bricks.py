@@ -3,8 +3,10 @@
 `load_saved_model` wraps a brick's SavedModel in a `keras.Model` (through
 `keras.layers.TFSMLayer`); `load_keras_brick` rebuilds a brick from its
 `.keras` file in Keras's safe mode. Either can be timed by the timing
-harness. Keras, and so TensorFlow, is imported on first use: reading and
-checking the manifest (`dlbricks_tf.portable.suite_dir`) needs neither.
+harness. `describe` reads what a brick computes from its `.keras` file's
+config, for the store to keep beside its timing. Keras, and so
+TensorFlow, is imported on first use: reading and checking the manifest
+(`dlbricks_tf.portable.suite_dir`) needs neither.
 
 Example:
     suite = load_suite("out/suite")
@@ -99,3 +101,40 @@ def load_keras_brick(entry: SuiteDirEntry, batch_size: int | None = 1):
             f"{entry.keras!r}: {type(e).__name__}: "
             f"{text.splitlines()[0] if text else ''}; {AGAIN}"
         ) from e
+
+
+def describe(entry: SuiteDirEntry) -> str:
+    """A suite brick's description, from its `.keras` file's config.
+
+    What `Brick.describe` gives of the brick cut in memory (see
+    `dlbricks_tf.cutting.description`), so that a store timing the suite
+    keeps what a predictor learns from. Only the file's config is read, in
+    safe mode (no weight, no code of the file); the specs of the outputs,
+    which a lone model's config does not record, are the manifest's.
+
+    Raises:
+        DescriptionError: The file's brick is not the one the manifest
+            names (another signature).
+        DecompositionError: As `decompose` of the file (LoadError for a
+            file that does not read, a limit it exceeds).
+    """
+    import dataclasses
+
+    from dlbricks_tf.cutting import description
+    from dlbricks_tf.cutting.decompose import Cutter, model_graph
+    from dlbricks_tf.cutting.graph import TensorSpec
+
+    graph, factory = model_graph(entry.keras, safe_mode=True)
+    specs = list(graph.specs)
+    if len(graph.outputs) == len(entry.outputs):
+        for t, spec in zip(graph.outputs, entry.outputs, strict=True):
+            if specs[t] is None:
+                specs[t] = TensorSpec(tuple(spec.shape[1:]), spec.dtype)
+    graph = dataclasses.replace(graph, specs=tuple(specs))
+    brick = Cutter(graph, factory).brick(0, len(graph.calls))
+    if brick.signature != entry.signature:
+        raise description.DescriptionError(
+            f"Brick {entry.signature}: its Keras file {entry.keras!r} holds "
+            f"brick {brick.signature}; {AGAIN}"
+        )
+    return brick.describe()

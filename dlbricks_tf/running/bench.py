@@ -91,6 +91,7 @@ def time_suite(
     build: Callable[[Any], Any] | None = None,
     on_failure: Callable[[str, str], None] | None = None,
     scale: Any = None,
+    describe: Callable[[Any], str | None] | None = None,
 ) -> BenchSummary:
     """Times every brick of `suite` missing from `store`, committing each.
 
@@ -120,6 +121,12 @@ def time_suite(
             could not be loaded, built or timed is recorded as failed.
         scale: A `dlbricks_tf.measuring.reference.ReferenceScale`: every
             batch of samples is scaled to the machine's reference state.
+        describe: Returns an entry's brick description
+            (`dlbricks_tf.cutting.description`) or None, kept with its
+            timing, and for a brick already stored without one (timed
+            before stores kept them). Default: `entry.brick.describe()` (an
+            entry cut in memory); an exported suite's entries need
+            `dlbricks_tf.portable.suite_bricks.describe`.
 
     Returns:
         What was timed, skipped and failed.
@@ -132,6 +139,12 @@ def time_suite(
         def build(entry: Any) -> Any:
             return entry.brick.build(batch_size=settings.batch_size)
 
+    if describe is None:
+
+        def describe(entry: Any) -> str | None:
+            brick = getattr(entry, "brick", None)
+            return brick.describe() if brick is not None else None
+
     todo = store.missing(
         suite.signatures, settings, fingerprint, accept_noisy=accept_noisy
     )
@@ -143,9 +156,11 @@ def time_suite(
             signature,
             functools.partial(build, entry),
             getattr(entry, "id_bounds", None),
+            functools.partial(describe, entry),
         )
         for signature, entry in entries.items()
     ]
+    _describe_stored(store, suite, wanted, describe)
     summary = brick_timing.time_bricks(
         bricks,
         settings,
@@ -174,6 +189,32 @@ def time_suite(
         stopped=summary.stopped,
         failed=summary.failed,
     )
+
+
+def _describe_stored(
+    store: Store,
+    suite: Suite,
+    todo: set[str],
+    describe: Callable[[Any], str | None],
+) -> None:
+    """Keeps the descriptions the store lacks of bricks it already timed.
+
+    A store written before descriptions were kept gains them as its
+    bricks are met again; a brick whose description cannot be made is
+    left without one, as when it is timed (`brick_timing.time_bricks`).
+    """
+    have = store.described()
+    texts = {}
+    for entry in suite.entries:
+        if entry.signature in todo or entry.signature in have:
+            continue
+        try:
+            text = describe(entry)
+        except Exception:
+            continue
+        if text is not None:
+            texts[entry.signature] = text
+    store.put_descriptions(texts)
 
 
 # The reason a failed brick is stored with (kept here for callers).

@@ -268,7 +268,9 @@ def run_granularity(
                 )
             else:
                 build = functools.partial(brick.build, settings.batch_size)
-            bricks[key] = brick_timing.BrickToTime(key, build)
+            bricks[key] = brick_timing.BrickToTime(
+                key, build, describe=brick.describe
+            )
         return list(bricks.values())
 
     def model_runnable(source, model):

@@ -11,7 +11,9 @@ A store of schema version 1 (before failures were recorded) gains the
 table on first open, in one transaction, and keeps every result; one of a
 schema before 4 gains the means' columns (`mean_ms`, `mean_half_ms`), NULL
 in its rows: their estimates add medians, as they did when they were
-written.
+written; one before 5 gains the empty `brick_descriptions` table (what each
+timed brick computes, see `dlbricks_tf.cutting.description`): its bricks
+have none until `dlbricks bench` meets them again.
 
 Several processes may share one file (shards of a suite timed side by
 side, a reader while a writer runs): WAL mode lets readers and one writer
@@ -38,9 +40,11 @@ from dlbricks_tf import errors
 
 _T = TypeVar("_T")
 
-# 1: results only. 2: adds `brick_failures`. 3: adds `predictors` (an
-# older file is upgraded in place when opened, see `_init_schema`).
-SCHEMA_VERSION = 4
+# 1: results only. 2: adds `brick_failures`. 3: adds `predictors` and
+# `reference_states`. 4: adds the means' columns. 5: adds
+# `brick_descriptions` (an older file is upgraded in place when opened, see
+# `_init_schema`).
+SCHEMA_VERSION = 5
 # Columns a schema added to both results tables (older rows hold NULL).
 _ADDED_COLUMNS = {4: ("mean_ms REAL", "mean_half_ms REAL")}
 # Back-off between attempts of a write that found the database locked: the
@@ -112,9 +116,13 @@ CREATE TABLE IF NOT EXISTS predictors (
     json TEXT NOT NULL,
     created TEXT NOT NULL DEFAULT (strftime('%Y-%m-%dT%H:%M:%fZ', 'now')),
     UNIQUE (settings_key, fingerprint_id));
+CREATE TABLE IF NOT EXISTS brick_descriptions (
+    signature TEXT PRIMARY KEY, json TEXT NOT NULL);
 """
 _FAILURES = "brick_failures"
 _PREDICTORS = "predictors"
+_REFERENCES = "reference_states"
+_DESCRIPTIONS = "brick_descriptions"
 _TABLES = {
     "brick": ("brick_results", "signature"),
     "model": ("model_results", "model"),
@@ -206,7 +214,7 @@ class Database:
             # Tables of a store whose creation was cut short are ours too.
             foreign = tables - {"meta", "settings", "fingerprints"}
             foreign -= {table for table, _ in _TABLES.values()}
-            foreign -= {_FAILURES, _PREDICTORS, "reference_states"}
+            foreign -= {_FAILURES, _PREDICTORS, _REFERENCES, _DESCRIPTIONS}
             if (foreign and version is None) or (
                 version is not None and not version.isdigit()
             ):

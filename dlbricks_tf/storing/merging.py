@@ -3,8 +3,10 @@
 `write_json` and `write_csv` write the rows `Store.rows` reads; `merge`
 copies another store file's results into a store in one transaction, so
 that shards timed on several machines, or side by side, end up in one
-file (`dlbricks merge`). `Store.export_json`, `Store.export_csv` and
-`Store.merge_from` are the methods that call them.
+file (`dlbricks merge`). The other file is checked as any file from
+someone else is (`check`): one impossible row refuses the whole file.
+`Store.export_json`, `Store.export_csv` and `Store.merge_from` are the
+methods that call them.
 """
 
 from __future__ import annotations
@@ -12,17 +14,25 @@ from __future__ import annotations
 import csv
 import dataclasses
 import json
+import math
 import sqlite3
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from dlbricks_tf.cutting import description
+from dlbricks_tf.machine.fingerprint import SystemFingerprint
 from dlbricks_tf.machine.settings import RunSettings
+from dlbricks_tf.stats import timing_problem
 from dlbricks_tf.storing.database import (
+    _DESCRIPTIONS,
     _FAILURES,
+    _REFERENCES,
     _STATS,
     _TABLES,
     SCHEMA_VERSION,
     Database,
+    StoreError,
 )
 
 
@@ -66,15 +76,21 @@ def write_csv(
 def merge(into: Database, other: str | Path) -> int:
     """Copies results absent from `into` from another store file.
 
-    The other file is read in full first, then everything is written in
-    one transaction: a merge stopped half way adds nothing. Failures are
-    copied too, except for bricks that either file holds a timing of.
+    The other file is read in full and checked first (`check`), then
+    everything is written in one transaction: a file with an impossible row
+    adds nothing, nor does a merge stopped half way. Failures are copied
+    too, except for bricks that either file holds a timing of; reference
+    states and brick descriptions are copied where `into` has none (the
+    first state of a machine and settings stays, as `put_reference_state`
+    keeps it).
 
     Returns:
-        The number of results added (failures not counted).
+        The number of results added (failures, reference states and
+        descriptions not counted).
 
     Raises:
-        StoreError: If either file cannot be used.
+        StoreError: If either file cannot be used, or the other holds a row
+            `check` refuses (one line naming the file and the row).
     """
     cols = {
         table: f"{column}, settings_key, fingerprint_id, "
@@ -94,6 +110,12 @@ def merge(into: Database, other: str | Path) -> int:
             "SELECT signature, settings_key, fingerprint_id, reason,"
             f" created FROM {_FAILURES}"
         )
+        references = source._read(
+            "SELECT settings_key, fingerprint_id, state_ms, created"
+            f" FROM {_REFERENCES}"
+        )
+        described = source._read(f"SELECT signature, json FROM {_DESCRIPTIONS}")
+    check(str(other), keys, results, failed, references, described)
 
     def copy(db: sqlite3.Connection) -> int:
         before = _count(db)
@@ -116,9 +138,148 @@ def merge(into: Database, other: str | Path) -> int:
             f" AND r.settings_key = {_FAILURES}.settings_key AND"
             f" r.fingerprint_id = {_FAILURES}.fingerprint_id)"
         )
+        db.executemany(
+            f"INSERT OR IGNORE INTO {_REFERENCES} (settings_key,"
+            " fingerprint_id, state_ms, created) VALUES (?, ?, ?, ?)",
+            references,
+        )
+        db.executemany(
+            f"INSERT OR IGNORE INTO {_DESCRIPTIONS} VALUES (?, ?)", described
+        )
         return _count(db) - before
 
     return into._write(copy)
+
+
+_AGAIN = (
+    "nothing of it was added. Remove or repair that row (or time its brick "
+    "or model again into a fresh store), then merge again."
+)
+
+
+def check(
+    path: str,
+    keys: Mapping[str, Sequence[tuple]],
+    results: Mapping[str, Sequence[tuple]],
+    failed: Sequence[tuple],
+    references: Sequence[tuple],
+    described: Sequence[tuple],
+) -> None:
+    """Refuses a store file to merge that holds an impossible row.
+
+    Refused, in one line that names the file, the table and the row: a
+    settings row whose key is not the key of its settings, or a fingerprint
+    row whose id is not its fingerprint's; a result, failure or reference
+    state whose settings or fingerprint the file does not hold; a result
+    whose figures are impossible (`stats.timing_problem`: not finite, below
+    0, out of order, no sample; a brick timed in chains may have its mean
+    outside [min, max]); a reference state that is not finite and
+    positive; a brick description that does not parse, is over the limits
+    on files read (`dlbricks_tf.limits`), or describes another brick.
+
+    Args:
+        path: The file, for messages.
+        keys: {"settings": rows, "fingerprints": rows} of (key, json).
+        results: {table: rows} of `merge`'s result columns.
+        failed: (signature, settings_key, fingerprint_id, ...) rows.
+        references: (settings_key, fingerprint_id, state_ms, ...) rows.
+        described: (signature, json) rows.
+
+    Raises:
+        StoreError: The first impossible row.
+    """
+
+    def refuse(where: str, problem: str) -> StoreError:
+        return StoreError(
+            f"Store {path!r} was not merged: its {where} {problem}; {_AGAIN}"
+        )
+
+    protocols: dict[str, str | None] = {}
+    for key, text in keys["settings"]:
+        try:
+            settings = RunSettings.from_dict(json.loads(text))
+        except (ValueError, TypeError, AttributeError) as e:
+            raise refuse(
+                f"settings row {key!r}", f"is malformed ({_reason(e)})"
+            ) from e
+        if settings.key() != key:
+            raise refuse(
+                f"settings row {key!r}",
+                f"holds settings whose key is {settings.key()!r}",
+            )
+        protocols[key] = settings.protocol
+    fingerprints = set()
+    for fp_id, text in keys["fingerprints"]:
+        try:
+            fp = SystemFingerprint.from_dict(json.loads(text))
+        except (ValueError, TypeError, AttributeError) as e:
+            raise refuse(
+                f"fingerprints row {fp_id!r}", f"is malformed ({_reason(e)})"
+            ) from e
+        if fp.id != fp_id:
+            raise refuse(
+                f"fingerprints row {fp_id!r}",
+                f"holds a fingerprint whose id is {fp.id!r}",
+            )
+        fingerprints.add(fp_id)
+
+    def where(table: str, column: str, row: Sequence[Any]) -> str:
+        """The row by its key; a row of `column` "" has no name first."""
+        name, settings_key, fp_id = ((None, *row) if not column else row)[:3]
+        named = f"{column} {name!r}, " if column else ""
+        return (
+            f"{table} row ({named}settings {settings_key!r}, fingerprint "
+            f"{fp_id!r})"
+        )
+
+    def check_keys(table: str, column: str, row: Sequence[Any]) -> None:
+        settings_key, fp_id = row[1:3] if column else row[:2]
+        if settings_key not in protocols:
+            raise refuse(where(table, column, row), "names settings it lacks")
+        if fp_id not in fingerprints:
+            raise refuse(
+                where(table, column, row), "names a fingerprint it lacks"
+            )
+
+    for table, column in _TABLES.values():
+        for row in results[table]:
+            check_keys(table, column, row)
+            values = dict(zip(_STATS, row[3:], strict=False))
+            in_chains = table == "brick_results" and protocols[row[1]] == (
+                "chain"
+            )
+            problem = timing_problem(values, mean_in_range=not in_chains)
+            if problem is not None:
+                raise refuse(where(table, column, row), f"has {problem}")
+    for row in failed:
+        check_keys(_FAILURES, "signature", row)
+    for row in references:
+        check_keys(_REFERENCES, "", row)
+        state = row[2]
+        if not (
+            isinstance(state, int | float)
+            and math.isfinite(state)
+            and state > 0
+        ):
+            raise refuse(
+                where(_REFERENCES, "", row),
+                f"has state_ms={state!r}, not a finite positive time",
+            )
+    for signature, text in described:
+        try:
+            if not isinstance(text, str | bytes):
+                raise description.DescriptionError(f"it is {text!r}")
+            description.parse(text, signature)
+        except description.DescriptionError as e:
+            raise refuse(
+                f"{_DESCRIPTIONS} row (signature {signature!r})",
+                f"is refused ({_reason(e)})",
+            ) from e
+
+
+def _reason(e: BaseException) -> str:
+    text = " ".join(str(e).split()).rstrip(".")
+    return (text or type(e).__name__)[:300]
 
 
 def _count(db: sqlite3.Connection) -> int:

@@ -7,6 +7,11 @@ run killed at any point (even `kill -9`) resumes with `missing()` and
 re-times nothing that was stored. Settings and fingerprints are kept as
 JSON rows; the schema version is kept in a `meta` table.
 
+Each timed brick may keep its description (what it computes, without
+names or weights: `dlbricks_tf.cutting.description`), once per signature
+whatever the settings, so that a predictor can learn from it with no
+source model at hand.
+
 A brick that could not be loaded, built or timed is recorded as failed,
 with its reason, under the same key as a result (`put_failure`); it does
 not count as stored, so a rerun tries it again, and a result stored later
@@ -35,9 +40,10 @@ from typing import Any
 
 from dlbricks_tf.machine.fingerprint import SystemFingerprint
 from dlbricks_tf.machine.settings import RunSettings
-from dlbricks_tf.stats import Timing
+from dlbricks_tf.stats import Timing, timing_problem
 from dlbricks_tf.storing import merging
 from dlbricks_tf.storing.database import (
+    _DESCRIPTIONS,
     _FAILURES,
     _PREDICTORS,
     _STATS,
@@ -75,6 +81,7 @@ class Store(Database):
         settings: RunSettings,
         fp: SystemFingerprint,
         timing: Timing,
+        description: str | None = None,
     ) -> None:
         table, column = _TABLES[kind]
         values = timing.to_dict()
@@ -98,6 +105,11 @@ class Store(Database):
                 " created = strftime('%Y-%m-%dT%H:%M:%fZ', 'now')",
                 row,
             )
+            if description is not None:
+                db.execute(
+                    f"INSERT OR IGNORE INTO {_DESCRIPTIONS} VALUES (?, ?)",
+                    (name, description),
+                )
 
         self._write(insert)  # One transaction, committed on success.
 
@@ -122,14 +134,24 @@ class Store(Database):
         settings: RunSettings,
         fp: SystemFingerprint,
         timing: Timing,
+        description: str | None = None,
     ) -> None:
         """Stores (or replaces) a brick's timing and commits it.
+
+        Args:
+            signature: The brick's signature.
+            settings: The run settings it was timed under.
+            fp: This machine's fingerprint.
+            timing: Its timing.
+            description: What the brick computes (`Brick.describe`), kept
+                once per signature in the same transaction; a description
+                already kept stays.
 
         Raises:
             StoreError: If the file cannot be written (read-only, full, or
                 locked by another process through every retry).
         """
-        self._put("brick", signature, settings, fp, timing)
+        self._put("brick", signature, settings, fp, timing, description)
 
     def get(
         self, signature: str, settings: RunSettings, fp: SystemFingerprint
@@ -160,9 +182,17 @@ class Store(Database):
         """Returns the signatures still to time, in the given order.
 
         A noisy result does not count as stored unless `accept_noisy`, so a
-        resumed run tries it again. Duplicates in `signatures` are dropped.
+        resumed run tries it again; nor does one a sum of latencies cannot
+        use (`stats.timing_problem`: a figure negative, infinite or not a
+        number, no sample), so that timing the brick again replaces it.
+        Duplicates in `signatures` are dropped.
         """
-        done = set(self.results(settings, fp, accept_noisy=accept_noisy))
+        stored = self.results(settings, fp, accept_noisy=accept_noisy)
+        done = {
+            s
+            for s, t in stored.items()
+            if timing_problem(t.to_dict(), ordered=False) is None
+        }
         todo = dict.fromkeys(s for s in signatures if s not in done)
         return list(todo)
 
@@ -184,6 +214,49 @@ class Store(Database):
             for r in rows
         }
         return {s: t for s, t in timings.items() if accept_noisy or not t.noisy}
+
+    def put_descriptions(self, descriptions: dict[str, str]) -> int:
+        """Keeps the descriptions of bricks that have none yet.
+
+        Args:
+            descriptions: {signature: description} (`Brick.describe`).
+
+        Returns:
+            How many were added (one already kept stays).
+
+        Raises:
+            StoreError: If the file cannot be written.
+        """
+
+        def insert(db: sqlite3.Connection) -> int:
+            before = db.total_changes
+            db.executemany(
+                f"INSERT OR IGNORE INTO {_DESCRIPTIONS} VALUES (?, ?)",
+                sorted(descriptions.items()),
+            )
+            return db.total_changes - before
+
+        return self._write(insert) if descriptions else 0
+
+    def descriptions(
+        self, settings: RunSettings, fp: SystemFingerprint
+    ) -> dict[str, str]:
+        """{signature: description} of the bricks timed under these settings
+        on this machine that have one (see `dlbricks_tf.cutting.description`;
+        read back with `description.parse`)."""
+        rows = self._read(
+            f"SELECT d.signature, d.json FROM {_DESCRIPTIONS} d JOIN"
+            " brick_results r ON r.signature = d.signature WHERE"
+            " r.settings_key = ? AND r.fingerprint_id = ? ORDER BY d.signature",
+            (settings.key(), fp.id),
+        )
+        return dict(rows)
+
+    def described(self) -> set[str]:
+        """The signatures of every brick the store keeps a description of."""
+        return {
+            r[0] for r in self._read(f"SELECT signature FROM {_DESCRIPTIONS}")
+        }
 
     def put_failure(
         self,
