@@ -108,8 +108,13 @@ def test_the_state_is_where_samples_are_put_and_the_window_smooths():
 def test_a_batch_soon_after_a_reading_reuses_its_factor():
     now = [0.0]
     readings = iter([2.0, 4.0])
+
+    def read():  # A reading takes 0.01 s of the clock.
+        now[0] += 0.01
+        return next(readings)
+
     scale = reference.ReferenceScale(
-        lambda: next(readings),
+        read,
         2.0,
         window=1,
         interval_s=0.25,
@@ -122,6 +127,7 @@ def test_a_batch_soon_after_a_reading_reuses_its_factor():
     # Read at 0 s and at 0.3 s only: the batches between reuse 2/2.
     assert factors == [1.0, 1.0, 1.0, 0.5, 0.5]
     assert scale.readings == [2.0, 4.0]
+    assert scale.summary()["reference_seconds"] == pytest.approx(0.02)
 
 
 def test_calibration_is_kept_in_the_store_and_reused(tmp_path):

@@ -111,7 +111,7 @@ REFERENCE = flags.DEFINE_bool(
     "reference",
     True,
     "Read a fixed reference workload (compute- and memory-bound) right "
-    "before the batches of samples (at most every 0.25 s) and scale them "
+    "before the batches of samples (at most every 0.5 s) and scale them "
     "to this machine's reference state, kept in --db: a slowdown of the "
     "host that hits a sample and its reference alike cancels, so timings "
     "taken in other processes, minutes or days apart, share one scale "

@@ -40,11 +40,12 @@ WINDOW = 3
 # Readings of a first calibration.
 CALIBRATION_READINGS = 15
 # A batch that starts less than this after the last reading is scaled by
-# that reading's factor: a reading costs a few ms, so the reference takes at
-# most about 2% of the sampling time, however short the batches are, while
-# still following changes of the machine that last a second or more (a
-# neighbour's bursts, a steal episode).
-INTERVAL_S = 0.25
+# that reading's factor: a reading costs 5-10 ms (the workload twice, see
+# `Reference.read`), so the reference takes at most about 2% of the
+# sampling time, however short the batches are, while still following
+# changes of the machine that last a few seconds or more (a steal episode,
+# another process's run).
+INTERVAL_S = 0.5
 
 
 class Reference:
@@ -102,8 +103,18 @@ class Reference:
         self.seconds = 0.0
 
     def read(self) -> float:
-        """One reading, ms: the compute part plus the memory part."""
+        """One reading, ms: the compute part plus the memory part.
+
+        The workload runs twice and the second run is the reading: the
+        first brings its operands back into the caches. Read cold, its
+        buffer (which fits in a server's L3) came from memory or from L3
+        depending on how much the chain pass or model batch before it had
+        evicted, so readings taken in a run were slower than the
+        back-to-back readings of the calibration, and spread with what
+        ran before them rather than with the machine.
+        """
         start = time.perf_counter()
+        self._read(self._a, self._buffer)
         compute, memory, _ = self._read(self._a, self._buffer)
         value = float(compute.numpy()) + float(memory.numpy())
         self.seconds += time.perf_counter() - start
@@ -141,6 +152,7 @@ class ReferenceScale:
         self._clock = clock
         self._last: tuple[float, float] | None = None  # (time, factor)
         self.readings: list[float] = []
+        self.seconds = 0.0  # Wall-clock spent reading, calibration apart.
 
     @classmethod
     def calibrate(
@@ -181,6 +193,7 @@ class ReferenceScale:
         if self._last is not None and now - self._last[0] < self._interval_s:
             return self._last[1]
         value = self._read()
+        self.seconds += self._clock() - now
         self.readings.append(value)
         recent = self.readings[-self._window :]
         current = stats.median(recent)
@@ -198,7 +211,8 @@ class ReferenceScale:
             samples were scaled down), and reference_spread: the
             half-distance between the 10th and 90th percentiles of the
             readings over their median (how far the machine moved during
-            the run); the last three None without readings.
+            the run); the last three None without readings; and
+            reference_seconds, the wall-clock spent reading.
         """
         if not self.readings:
             return {
@@ -207,6 +221,7 @@ class ReferenceScale:
                 "reference_readings": 0,
                 "reference_ratio": None,
                 "reference_spread": None,
+                "reference_seconds": self.seconds,
             }
         ordered = sorted(self.readings)
         median = stats.median(ordered)
@@ -220,4 +235,5 @@ class ReferenceScale:
             "reference_readings": len(ordered),
             "reference_ratio": median / self.state_ms,
             "reference_spread": (quantile(0.9) - quantile(0.1)) / 2 / median,
+            "reference_seconds": self.seconds,
         }
