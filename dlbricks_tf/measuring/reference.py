@@ -211,8 +211,9 @@ class ReferenceScale:
             samples were scaled down), and reference_spread: the
             half-distance between the 10th and 90th percentiles of the
             readings over their median (how far the machine moved during
-            the run); the last three None without readings; and
-            reference_seconds, the wall-clock spent reading.
+            the run), and reference_seconds, the wall-clock spent
+            reading. The median, ratio and spread are None without
+            readings.
         """
         if not self.readings:
             return {
