@@ -26,7 +26,7 @@ from dlbricks_tf.cutting import description
 from dlbricks_tf.cutting.suite import Suite, build_suite
 from dlbricks_tf.storing.database import StoreError
 from dlbricks_tf.storing.store import Store
-from tests import models
+from tests import fakes, models
 from tests.cli import FAST, dlbricks
 
 
@@ -174,16 +174,6 @@ def _copy(db: Path, folder: Path, sql: str = "") -> tuple[Path, str]:
     return copy, sig
 
 
-def _counts(db: Path) -> dict[str, int]:
-    with contextlib.closing(sqlite3.connect(db)) as conn:
-        tables = [t for (t,) in conn.execute(
-            "SELECT name FROM sqlite_master WHERE type = 'table'")]  # fmt: skip
-        return {
-            t: conn.execute(f"SELECT COUNT(*) FROM {t}").fetchone()[0]
-            for t in tables
-        }
-
-
 _IMPOSSIBLE = {
     "negative_median": (
         "UPDATE brick_results SET median_ms = -median_ms - 1"
@@ -209,7 +199,7 @@ def test_merge_of_a_store_with_an_impossible_row_adds_nothing(
     db, _ = timed
     bad, sig = _copy(db, tmp_path, sql)
     into, _ = _copy(db, tmp_path, "DELETE FROM brick_results")
-    before = _counts(into)
+    before = fakes.table_counts(into)
     with Store(into) as store, pytest.raises(StoreError) as info:
         store.merge_from(bad)
     message = str(info.value)
@@ -217,13 +207,13 @@ def test_merge_of_a_store_with_an_impossible_row_adds_nothing(
     assert f"Store {str(bad)!r} was not merged" in message
     assert f"brick_results row (signature {sig!r}, settings " in message
     assert words in message and "nothing of it was added" in message
-    assert _counts(into) == before
+    assert fakes.table_counts(into) == before
     proc = dlbricks("merge", f"--db={into}", str(bad))
     assert proc.returncode == 1
     assert proc.stderr.startswith("dlbricks: error: Store ")
     assert len(proc.stderr.splitlines()) == 1, proc.stderr
     assert "Traceback" not in proc.stderr and words in proc.stderr
-    assert _counts(into) == before
+    assert fakes.table_counts(into) == before
 
 
 def test_a_store_merged_twice_keeps_each_description_once(timed, tmp_path):
@@ -256,7 +246,8 @@ def test_merge_refuses_a_description_it_cannot_trust(timed, tmp_path):
         assert len(message.splitlines()) == 1, message
         assert "brick_descriptions row (signature " in message
         assert words in message, message
-        assert _counts(tmp_path / "into.sqlite")["brick_results"] == 0
+        counts = fakes.table_counts(tmp_path / "into.sqlite")
+        assert counts["brick_results"] == 0
     # Over the limits every reader has: refused too.
     with limits.using(limits.Limits(json_depth=3)):
         with Store(tmp_path / "into.sqlite") as store:

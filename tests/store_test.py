@@ -20,6 +20,7 @@ from dlbricks_tf.machine.settings import RunSettings
 from dlbricks_tf.stats import Timing
 from dlbricks_tf.storing import database
 from dlbricks_tf.storing import store as store_lib
+from tests import fakes
 
 _ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SETTINGS = RunSettings(batch_size=1, intra_op_threads=2, inter_op_threads=1)
@@ -531,16 +532,6 @@ def test_merge_carries_reference_states_keeping_the_first(tmp_path):
         assert c.reference_state(SETTINGS, FP) == 1.5
 
 
-def _table_counts(path):
-    with contextlib.closing(sqlite3.connect(path)) as db:
-        tables = [t for (t,) in db.execute(
-            "SELECT name FROM sqlite_master WHERE type = 'table'")]  # fmt: skip
-        return {
-            t: db.execute(f"SELECT COUNT(*) FROM {t}").fetchone()[0]
-            for t in tables
-        }
-
-
 # Rows another program could have written to a store; each is refused.
 _IMPOSSIBLE = {
     "negative_median": (
@@ -612,7 +603,7 @@ def test_merge_refuses_a_file_with_an_impossible_row(tmp_path, sql, words):
     into = tmp_path / "into.sqlite"
     with store_lib.Store(into) as store:
         store.put("z", SETTINGS, FP, _timing(3.0))
-    before = _table_counts(into)
+    before = fakes.table_counts(into)
     with store_lib.Store(into) as store:
         with pytest.raises(database.StoreError) as info:
             store.merge_from(bad)
@@ -621,7 +612,7 @@ def test_merge_refuses_a_file_with_an_impossible_row(tmp_path, sql, words):
     assert message.startswith(f"Store {str(bad)!r} was not merged: its ")
     assert words.format(fp=FP.id) in message
     assert "nothing of it was added" in message
-    assert _table_counts(into) == before
+    assert fakes.table_counts(into) == before
 
 
 def test_a_brick_keeps_one_description_whatever_its_settings(tmp_path):
