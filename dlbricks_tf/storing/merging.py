@@ -194,34 +194,41 @@ def check(
             f"Store {path!r} was not merged: its {where} {problem}; {_AGAIN}"
         )
 
+    def parsed(table: str, row: Sequence[Any], parse, key_of, holds: str):
+        """A settings or fingerprint row's object, its key checked."""
+        key, text = row
+        try:
+            value = parse(json.loads(text))
+        except (ValueError, TypeError, AttributeError) as e:
+            raise refuse(
+                f"{table} row {key!r}", f"is malformed ({_reason(e)})"
+            ) from e
+        if key_of(value) != key:
+            raise refuse(
+                f"{table} row {key!r}", f"holds {holds} {key_of(value)!r}"
+            )
+        return value
+
     protocols: dict[str, str | None] = {}
-    for key, text in keys["settings"]:
-        try:
-            settings = RunSettings.from_dict(json.loads(text))
-        except (ValueError, TypeError, AttributeError) as e:
-            raise refuse(
-                f"settings row {key!r}", f"is malformed ({_reason(e)})"
-            ) from e
-        if settings.key() != key:
-            raise refuse(
-                f"settings row {key!r}",
-                f"holds settings whose key is {settings.key()!r}",
-            )
-        protocols[key] = settings.protocol
+    for row in keys["settings"]:
+        settings = parsed(
+            "settings",
+            row,
+            RunSettings.from_dict,
+            RunSettings.key,
+            "settings whose key is",
+        )
+        protocols[row[0]] = settings.protocol
     fingerprints = set()
-    for fp_id, text in keys["fingerprints"]:
-        try:
-            fp = SystemFingerprint.from_dict(json.loads(text))
-        except (ValueError, TypeError, AttributeError) as e:
-            raise refuse(
-                f"fingerprints row {fp_id!r}", f"is malformed ({_reason(e)})"
-            ) from e
-        if fp.id != fp_id:
-            raise refuse(
-                f"fingerprints row {fp_id!r}",
-                f"holds a fingerprint whose id is {fp.id!r}",
-            )
-        fingerprints.add(fp_id)
+    for row in keys["fingerprints"]:
+        parsed(
+            "fingerprints",
+            row,
+            SystemFingerprint.from_dict,
+            lambda fp: fp.id,
+            "a fingerprint whose id is",
+        )
+        fingerprints.add(row[0])
 
     def where(table: str, column: str, row: Sequence[Any]) -> str:
         """The row by its key; a row of `column` "" has no name first."""
