@@ -145,7 +145,11 @@ def test_calibration_is_kept_in_the_store_and_reused(tmp_path):
         first = reference.ReferenceScale.for_store(
             Fixed(), store, settings, fp, readings=3
         )
+        # Nothing is read or stored until the state is needed: a command
+        # stopped before its first sample leaves the store as it was.
+        assert store.reference_state(settings, fp) is None
         assert first.state_ms == 2.0  # The median of the calibration.
+        assert store.reference_state(settings, fp) == 2.0
         again = reference.ReferenceScale.for_store(
             Fixed(), store, settings, fp, readings=3
         )

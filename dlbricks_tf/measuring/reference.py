@@ -126,7 +126,9 @@ class ReferenceScale:
 
     Args:
         read: Returns one reference reading, ms (`Reference.read`).
-        state_ms: The reference state: the reading a sample is scaled to.
+        state_ms: The reference state: the reading a sample is scaled to;
+            or a function that returns it, called when it is first needed
+            (`for_store`).
         window: Readings whose median scales a batch.
         interval_s: A batch that starts sooner than this after the last
             reading reuses its factor (0: a reading before every batch).
@@ -136,23 +138,29 @@ class ReferenceScale:
     def __init__(
         self,
         read: Callable[[], float],
-        state_ms: float,
+        state_ms: float | Callable[[], float],
         window: int = WINDOW,
         interval_s: float = INTERVAL_S,
         clock: Callable[[], float] = time.perf_counter,
     ) -> None:
-        if not state_ms > 0:
-            raise ValueError(
-                f"state_ms must be positive. Received: state_ms={state_ms!r}"
-            )
+        self._state: float | None = None
+        self._find_state = state_ms if callable(state_ms) else None
+        if self._find_state is None:
+            self._state = _checked(state_ms)
         self._read = read
-        self.state_ms = float(state_ms)
         self._window = max(1, int(window))
         self._interval_s = max(0.0, float(interval_s))
         self._clock = clock
         self._last: tuple[float, float] | None = None  # (time, factor)
         self.readings: list[float] = []
         self.seconds = 0.0  # Wall-clock spent reading, calibration apart.
+
+    @property
+    def state_ms(self) -> float:
+        """The reference state, ms (found now if it was not yet)."""
+        if self._state is None:
+            self._state = _checked(self._find_state())
+        return self._state
 
     @classmethod
     def calibrate(
@@ -174,13 +182,21 @@ class ReferenceScale:
 
         The reference state is read from the store; a store without one
         for these settings and machine is given the median of `readings`
-        readings taken now.
+        readings. Both happen when the state is first needed (the first
+        batch, or `state_ms`), so that a command stopped before it times
+        anything (a model that does not load) leaves the store as it was.
         """
-        state = store.reference_state(settings, fingerprint)
-        if state is None:
-            state = store.put_reference_state(
-                settings, fingerprint, cls.calibrate(reference.read, readings)
-            )
+
+        def state() -> float:
+            found = store.reference_state(settings, fingerprint)
+            if found is None:
+                found = store.put_reference_state(
+                    settings,
+                    fingerprint,
+                    cls.calibrate(reference.read, readings),
+                )
+            return found
+
         return cls(reference.read, state)
 
     def factor(self) -> float:
@@ -217,7 +233,7 @@ class ReferenceScale:
         """
         if not self.readings:
             return {
-                "reference_state_ms": self.state_ms,
+                "reference_state_ms": self._state,
                 "reference_median_ms": None,
                 "reference_readings": 0,
                 "reference_ratio": None,
@@ -238,3 +254,11 @@ class ReferenceScale:
             "reference_spread": (quantile(0.9) - quantile(0.1)) / 2 / median,
             "reference_seconds": self.seconds,
         }
+
+
+def _checked(state_ms: float) -> float:
+    if not state_ms > 0:
+        raise ValueError(
+            f"state_ms must be positive. Received: state_ms={state_ms!r}"
+        )
+    return float(state_ms)

@@ -189,6 +189,7 @@ def run_granularity(
     meter.start()
     scale = None
     if reference:  # Its trace and first calibration are campaign setup.
+        # The state is found once the models are cut (below).
         scale = clock.run(
             setup,
             reference_lib.ReferenceScale.for_store,
@@ -215,6 +216,8 @@ def run_granularity(
         del target
         keras.backend.clear_session()
     suite = suite_lib.build_suite(decompositions)
+    if scale is not None:  # Every model cut: the store gets its state now.
+        clock.run(setup, lambda: scale.state_ms)
     results: dict[str, Timing] = {}
     if reuse_stored:
         stored = store.results(settings, fingerprint, accept_noisy=False)
