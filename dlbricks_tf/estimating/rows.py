@@ -33,10 +33,15 @@ def model_row(
     results,
     d,
     failed: Mapping[str, str] | None = None,
+    predicted: Mapping[str, Timing] | None = None,
 ) -> dict[str, Any]:
     """One model's row of report.json: measured against estimated.
 
     Without a timing of every brick there is no estimate (nan).
+    With `predicted`, the bricks `results` lacks are taken from it: the
+    row then says how many and what share of the estimate were predicted
+    (`predicted_bricks`, `predicted_share`, `method` "predicted"), and its
+    range holds the predictor's error (`precision.estimate_precision`).
 
     Args:
         name: The model.
@@ -47,8 +52,14 @@ def model_row(
         d: Its decomposition at G.
         failed: {signature: reason} of the bricks that failed; the row's
             `failed_bricks` holds the model's.
+        predicted: {signature: predicted timing} (`Predictor.timing`) of
+            bricks never timed (a campaign within a budget,
+            `dlbricks_tf.running.budget`); None: every brick is timed.
     """
     failed = failed or {}
+    guessed = {s: t for s, t in (predicted or {}).items() if s not in results}
+    if guessed:
+        results = {**results, **guessed}
     m = measured
     signatures = dict.fromkeys(b.signature for b in d.bricks)
     row = {
@@ -83,8 +94,9 @@ def model_row(
             "estimate_precision": nan,
         }
     counts = collections.Counter(b.signature for b in d.bricks)
-    seq = estimate_lib.estimate(d, results, "sequential")
-    width = precision.estimate_precision(counts, results)
+    labels = {s: estimate_lib.PREDICTED for s in signatures if s in guessed}
+    seq = estimate_lib.estimate(d, results, "sequential", sources=labels)
+    width = precision.estimate_precision(counts, results, labels)
     par = estimate_lib.estimate(d, results, "parallel")
     row = {
         **row,
@@ -120,9 +132,12 @@ def model_row(
             )[:UNCERTAIN_BRICKS]
         ],
         # How the estimate was obtained (see dlbricks_tf.estimating.beyond).
-        "method": "timed",
+        "method": "predicted" if labels else "timed",
         "sources": {s.label: s.share for s in seq.sources},
     }
+    if predicted is not None:
+        row["predicted_bricks"] = len(labels)
+        row["predicted_share"] = seq.share(estimate_lib.PREDICTED)
     # The range: the bricks' precision, until `ranges.widen` over the
     # run's models adds the machine's variation seen in the others.
     ranges.widen([row])
