@@ -356,23 +356,25 @@ def run_granularity(
         model_rounds = rounds.ModelSampler(
             model_timer, clock, functools.partial(finished, source.name)
         )
-        # Under a budget the bricks were timed (or predicted) already.
-        bricks = to_time(d, model) if spent is None else []
-        summary = brick_timing.time_bricks(
-            bricks,
-            settings,
-            fingerprint,
-            store,
-            brick_options,
-            weights=weights,
-            known=results,
-            between=model_rounds,
-            clock=clock,
-            check_settings=check_settings,
-            on_result=functools.partial(brick_done, source.name),
-            on_failure=functools.partial(brick_failed, source.name),
-            scale=scale,
-        )
+        # Under a budget the bricks were timed (or predicted) already: the
+        # model is sampled alone (`finish`).
+        summary = brick_timing.BrickSummary()
+        if spent is None:
+            summary = brick_timing.time_bricks(
+                to_time(d, model),
+                settings,
+                fingerprint,
+                store,
+                brick_options,
+                weights=weights,
+                known=results,
+                between=model_rounds,
+                clock=clock,
+                check_settings=check_settings,
+                on_result=functools.partial(brick_done, source.name),
+                on_failure=functools.partial(brick_failed, source.name),
+                scale=scale,
+            )
         meter.tick()
         remeasured.extend(summary.remeasured)
         new_bricks = len(summary.timed)
