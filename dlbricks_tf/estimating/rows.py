@@ -11,6 +11,7 @@ them as it runs; scripts that time models their own way build the same rows.
 from __future__ import annotations
 
 import collections
+import dataclasses
 import math
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -57,7 +58,13 @@ def model_row(
             `dlbricks_tf.running.budget`); None: every brick is timed.
     """
     failed = failed or {}
-    guessed = {s: t for s, t in (predicted or {}).items() if s not in results}
+    # A predicted brick's minimum is its predicted latency (its interval's
+    # low is no sample), so that `normalized_min` is not read low.
+    guessed = {
+        s: dataclasses.replace(t, min_ms=t.median_ms)
+        for s, t in (predicted or {}).items()
+        if s not in results
+    }
     if guessed:
         results = {**results, **guessed}
     m = measured
