@@ -104,7 +104,9 @@ def widen(rows: Sequence[MutableMapping[str, Any]]) -> None:
         if est is None or bricks is None or math.isnan(est) or est <= 0:
             continue
         half = math.hypot(bricks, machine[0] if machine else 0.0)
-        row["estimated_low_ms"] = est * (1 - half)
+        # A latency is never below 0: a range wider than +-100% (a mostly
+        # predicted estimate) is cut there.
+        row["estimated_low_ms"] = est * max(1 - half, 0.0)
         row["estimated_high_ms"] = est * (1 + half)
         row["machine_half"] = machine[0] if machine else None
         row["range_half"] = half
