@@ -18,7 +18,11 @@ predicts the rest:
    brick b is scored (`score`), the best are timed in one chain
    (`brick_timing.time_bricks`, stored with their descriptions), and the
    predictor is fitted again once the bricks it could learn from have
-   grown by `REFIT_GROWTH` (the fits count in the budget).
+   grown by `REFIT_GROWTH` (the fits count in the budget). A round takes
+   the best bricks whose expected cost fits the seconds left (the first
+   always) and, once started, is finished and kept: stopped half way,
+   what it spent building and tracing its chain would be lost. So the
+   budget is kept by sizing the rounds, and overrun by one round at most.
 
 The score. Timing brick b replaces its predicted interval by a sampled
 one; what that removes from model m's range is about c_bm p_b u, with c_bm
@@ -37,10 +41,11 @@ milliseconds, a brick of a 200 ms model outweighs every brick of a 5 ms
 one, and the budget went to the large models while the small ones stayed
 mostly predicted; in shares of each model, a brick that is 20% of a small
 model comes before one that is 1% of a large one, and a model once
-precise stops drawing the budget. cost_b = `SETUP_S` (building the brick,
-its link in the chain's trace and warm-up) plus its sampling, at least
-`min_samples` passes of p_b (times the links a repeated brick gets a
-pass).
+precise stops drawing the budget. cost_b = a brick's setup (building it,
+its link in the chain's trace and warm-up: `SETUP_S` at first, then what
+the last round cost a brick beyond its samples on this machine) plus its
+sampling, `min_samples` passes of p_b (times the links a repeated brick
+gets a pass).
 
 A brick that cannot be built or timed is recorded as failed (as in every
 campaign) and predicted. A budget too small for the first chain times
@@ -122,11 +127,25 @@ def relative_half(predictor: predict_lib.Predictor) -> float:
 
 
 def cost_s(
+    predicted_ms: float,
+    options: sampling.TimingOptions,
+    repeats: int = 1,
+    setup_s: float = SETUP_S,
+) -> float:
+    """Expected seconds to time a brick of `predicted_ms` in a chain.
+
+    `setup_s`: a brick's setup; the campaign passes what its last round
+    cost a brick beyond its sampling, on this machine (at least `SETUP_S`).
+    """
+    return setup_s + sampling_s(predicted_ms, options, repeats)
+
+
+def sampling_s(
     predicted_ms: float, options: sampling.TimingOptions, repeats: int = 1
 ) -> float:
-    """Expected seconds to time a brick of `predicted_ms` in a chain."""
+    """Expected seconds of a brick's samples: `min_samples` passes."""
     passes = max(options.min_samples, 1)
-    return SETUP_S + passes * repeats * max(predicted_ms, 0.0) / 1000.0
+    return passes * repeats * max(predicted_ms, 0.0) / 1000.0
 
 
 def score(
@@ -371,6 +390,7 @@ def time_within_budget(
     failed: list[tuple[str, str]] = []
     bad: set[str] = set()
     stopped = ALL_TIMED
+    setup = SETUP_S  # A brick's setup: updated from each round's cost.
 
     def predictions() -> dict[str, Timing]:
         todo = [s for s in suite.signatures if s not in timings]
@@ -429,7 +449,9 @@ def time_within_budget(
                 max(most // campaign.CALLS_PER_REPEAT, 1), campaign.MAX_REPEATS
             )
 
-        costs = {s: cost_s(predicted_ms[s], options, repeats(s)) for s in todo}
+        costs = {
+            s: cost_s(predicted_ms[s], options, repeats(s), setup) for s in todo
+        }
         ranked = sorted(
             todo,
             key=lambda s: (
@@ -439,7 +461,9 @@ def time_within_budget(
             ),
         )
         # The best bricks whose expected cost fits what is left (the
-        # first one always: a stop ends it if it overruns).
+        # first one always). A round once started is finished and kept:
+        # stopped half way, what it spent building and tracing its chain
+        # would be lost, so the budget is kept by sizing the rounds.
         batch, spend = [], 0.0
         for s in ranked[: min(ROUND_BRICKS, options.chain_links)]:
             if batch and spend + costs[s] > left:
@@ -463,7 +487,7 @@ def time_within_budget(
             weights=weights,
             known=timings,
             clock=clock,
-            stop=lambda: elapsed() >= budget_s or (stop is not None and stop()),
+            stop=stop,
             check_settings=check_settings,
             on_result=committed,
             on_failure=failure,
@@ -471,6 +495,11 @@ def time_within_budget(
         )
         timed += summary.timed
         failed += summary.failed
+        if batch:  # What a brick cost this round beyond its samples.
+            sampled = sum(
+                sampling_s(predicted_ms[s], options, repeats(s)) for s in batch
+            )
+            setup = max(SETUP_S, (summary.wall_s - sampled) / len(batch))
         if not summary.timed and not summary.failed:  # Stopped at once.
             stopped = SIGNAL if stop is not None and stop() else SPENT
             break
