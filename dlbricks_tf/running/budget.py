@@ -48,7 +48,7 @@ sampling, `min_samples` passes of p_b (times the links a repeated brick
 gets a pass).
 
 A brick that cannot be built or timed is recorded as failed (as in every
-campaign) and predicted. A budget too small for the first chain times
+campaign) and predicted. A budget the first fit already spends times
 nothing: every brick is predicted.
 
 Example:
