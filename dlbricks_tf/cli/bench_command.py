@@ -17,6 +17,7 @@ import os
 from absl import app, flags
 
 from dlbricks_tf.cli import (
+    budget_flags,
     exits,
     outputs,
     progress,
@@ -61,13 +62,6 @@ PROBES = flags.DEFINE_bool(
     "which `estimate --predict` learns this machine's kernels from; "
     "with --models, theirs too.",
 )
-PROBE_COUNT = flags.DEFINE_integer(
-    "probe_count",
-    probes.COUNT,
-    "bench --probes: time the first this many probes only.",
-    lower_bound=1,
-    upper_bound=probes.COUNT,
-)
 UNSAFE_SUITE = flags.DEFINE_bool(
     "unsafe_suite",
     False,
@@ -77,6 +71,21 @@ UNSAFE_SUITE = flags.DEFINE_bool(
     "SavedModel is a program, and running it can read or write files.",
 )
 
+flags.register_multi_flags_validator(
+    ["budget", "probes", "suite"],
+    lambda f: f["budget"] is None or not (f["probes"] or f["suite"]),
+    message="--budget is for bench --models (it times the probes itself "
+    "when --db lacks them); drop it, --probes or --suite",
+)
+flags.register_multi_flags_validator(
+    ["budget", "shard_index", "num_shards"],
+    lambda f: (
+        f["budget"] is None
+        or (f["shard_index"] is None and f["num_shards"] is None)
+    ),
+    message="--budget chooses bricks across the whole suite; it does not "
+    "go with --shard_index or --num_shards",
+)
 flags.register_multi_flags_validator(
     ["shard_index", "num_shards"],
     lambda f: None in f.values() or f["shard_index"] < f["num_shards"],
@@ -99,9 +108,15 @@ def bench(sources, gs, safe_mode) -> None:
     if PROBES.value:
         # The probes alone, or beside the models named.
         given = list(sources) if shared_flags.MODELS.value else []
-        sources = given + probes.sources(PROBE_COUNT.value)
+        sources = given + probes.sources(budget_flags.PROBE_COUNT.value)
     out, db, _ = outputs.paths()
     shard = _shard()
+    budget = budget_flags.BUDGET.value
+    if budget is not None and shard.count > 1:
+        raise app.UsageError(
+            f"--budget chooses bricks across the whole suite; this worker "
+            f"times {shard} ({shard.source}): drop --budget or the sharding."
+        )
     settings = startup.start_backend()
     _, brick_options = timing_flags.options(settings.protocol)
     fp = system_fingerprint()
@@ -122,6 +137,19 @@ def bench(sources, gs, safe_mode) -> None:
                 }
             )
             part = f"{len(s)} unique bricks of {s.total_bricks}"
+            if budget is not None:
+                failed += _time_budget(
+                    f"G={g}",
+                    part,
+                    s,
+                    g,
+                    store,
+                    settings,
+                    fp,
+                    brick_options,
+                    stop,
+                )
+                continue
             if shard.count > 1:
                 s, whole = s.shard(shard.index, shard.count), s
                 part = f"{len(s)} of the {len(whole)} unique bricks"
@@ -250,6 +278,62 @@ def _time_suite(
             f"{len(todo) - len(summary.timed) - len(summary.failed)} left; "
             "run the same command "
             "again to resume.",
+            128 + stop.received,
+        )
+    return summary.failed
+
+
+def _time_budget(
+    label, part, s, g, store, settings, fp, options, stop
+) -> tuple[tuple[str, str], ...]:
+    """bench --budget: the suite's most useful bricks within --budget
+    seconds (`running.budget`); returns the failed bricks."""
+    from dlbricks_tf.running import budget
+
+    todo = store.missing(s.signatures, settings, fp, accept_noisy=True)
+    print(
+        f"{label}: {part}; {len(todo)} not stored, timed within "
+        f"{budget_flags.BUDGET.value:g} s",
+        flush=True,
+    )
+    bar = progress.Progress(f"{label}: ")
+    done = iter(range(1, len(todo) + 1))
+
+    def on_result(signature, timing) -> None:
+        bar(signature, next(done), len(todo))
+
+    def on_failure(signature: str, reason: str) -> None:
+        bar.log(f"{label}: brick {signature} failed: {reason}")
+        bar(signature, next(done), len(todo))
+
+    summary = budget.time_within_budget(
+        s,
+        store,
+        settings,
+        fp,
+        options,
+        budget_s=budget_flags.BUDGET.value,
+        granularity=g,
+        probe_count=budget_flags.PROBE_COUNT.value,
+        fuse=shared_flags.FUSE.value,
+        scale=timing_flags.reference_scale(store, settings, fp),
+        stop=stop,
+        on_result=on_result,
+        on_failure=on_failure,
+        log=bar.log,
+    )
+    bar.log(
+        f"{label}: timed {len(summary.timed)}, predicted "
+        f"{len(summary.predicted)}, failed {len(summary.failed)}; "
+        f"{summary.spent_s:.1f} s of the {summary.budget_s:g} s budget "
+        f"(stopped: {summary.stopped}), probes {summary.probes_s:.1f} s "
+        f"apart; store {store.path} ({settings.key()})"
+    )
+    if summary.stopped == budget.SIGNAL and stop.received:
+        raise exits.Fail(
+            f"Stopped by {stop.name} after the chain in flight: "
+            f"{len(summary.timed)} brick(s) timed and stored at {label}; "
+            "run the same command again to resume.",
             128 + stop.received,
         )
     return summary.failed

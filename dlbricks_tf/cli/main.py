@@ -11,7 +11,9 @@ Commands:
              EfficientNetB0 at G=1, 2-4 minutes on two cores. A brick
              that cannot be built or timed is recorded as failed in the
              store, the models using it get no estimate, the rest is
-             timed (exit code 1; a rerun tries it again).
+             timed (exit code 1; a rerun tries it again). --budget=SECONDS
+             times the bricks that narrow the estimates most within that
+             time and predicts the others.
   decompose  print each model's bricks (layers, classes, input shapes,
              signature) and the unique counts.
   bench      time the unique bricks of --models missing from --db, or
@@ -104,6 +106,8 @@ _TAKE_PATHS = frozenset({"merge"})
 # reads --protocol alone, to pick the stored timings it adds up.
 _TIMING_COMMANDS = ("run", "bench", "measure")
 _TIMING_FLAGS_READ = {"estimate": ("protocol",)}
+# The commands that read the budget's flags (`budget_flags`).
+_BUDGET_COMMANDS = ("run", "bench")
 
 
 def _refuse_unused_flags(command: str) -> None:
@@ -111,7 +115,8 @@ def _refuse_unused_flags(command: str) -> None:
 
     A flag defined in a command's own module (`run_command`'s --retime,
     `bench_command`'s --shard_index) is that command's alone; a timing
-    flag (`timing_flags`) is for the commands that time.
+    flag (`timing_flags`) is for the commands that time, a budget's flag
+    (`budget_flags`) for run and bench.
 
     Raises:
         app.UsageError: For the first such flag.
@@ -136,6 +141,11 @@ def _refuse_unused_flags(command: str) -> None:
                 raise app.UsageError(
                     f"{command} does not use --{flag.name} (a timing flag "
                     f"of {timers}); drop it."
+                )
+            if name == "budget_flags" and command not in _BUDGET_COMMANDS:
+                raise app.UsageError(
+                    f"{command} does not use --{flag.name} (a flag of "
+                    f"{' and '.join(_BUDGET_COMMANDS)}); drop it."
                 )
 
 

@@ -3,7 +3,10 @@
 Decomposes every model, times the unique bricks not yet stored and every
 model end to end in interleaved rounds, estimates, prints measured vs
 estimated latency, and writes the store, report.json and TensorBoard logs
-under --out (`dlbricks_tf.running.job.run_job`).
+under --out (`dlbricks_tf.running.job.run_job`). With --budget=SECONDS,
+the bricks are timed within that many seconds per G, those that narrow the
+estimates most per second first, and the others predicted
+(`dlbricks_tf.running.budget`); every model is still timed end to end.
 """
 
 from __future__ import annotations
@@ -15,6 +18,7 @@ from absl import flags
 
 from dlbricks_tf.cli import (
     bench_command,
+    budget_flags,
     outputs,
     progress,
     shared_flags,
@@ -35,6 +39,13 @@ GRAPHS = flags.DEFINE_integer(
     lower_bound=0,
 )
 
+flags.register_multi_flags_validator(
+    ["budget", "retime"],
+    lambda f: f["budget"] is None or not f["retime"],
+    message="--budget keeps the stored timings and predicts what it does "
+    "not time; --retime times every brick again: drop one",
+)
+
 
 def run(sources, gs, safe_mode) -> None:
     """Runs the job at every G of `gs` and prints its tables."""
@@ -50,6 +61,14 @@ def run(sources, gs, safe_mode) -> None:
         f"{settings.inter_op_threads} on {settings.backend}; store {db}",
         flush=True,
     )
+    budget = budget_flags.BUDGET.value
+    if budget is not None:
+        print(
+            f"Budget: {budget:g} s of brick timing per G, the bricks that "
+            "narrow the estimates most per second first, the others "
+            "predicted; every model is still timed end to end",
+            flush=True,
+        )
     start = time.perf_counter()
     bar = progress.Progress()
     with outputs.open_store(db) as store:
@@ -69,6 +88,8 @@ def run(sources, gs, safe_mode) -> None:
             fuse=shared_flags.FUSE.value,
             onnx_folder=os.path.join(out, "onnx"),
             reference=timing_flags.REFERENCE.value,
+            budget_s=budget,
+            probe_count=budget_flags.PROBE_COUNT.value,
         )
     board.write_board(logdir, rep, details, graphs=GRAPHS.value)
     print()

@@ -25,7 +25,12 @@ The two parts add in quadrature, the same on each side of the estimate.
 
 A model is flagged when its range is wider than +-10% (the accuracy the
 tool promises) and the row says why: the bricks whose intervals weigh most
-in it, or the machine's variation in this run, whichever is larger.
+in it, or the machine's variation in this run, whichever is larger. A
+row with predicted bricks (a campaign within a budget,
+`dlbricks_tf.running.budget`) holds the predictor's cross-validated error
+in its bricks' part (`precision.estimate_precision`), so a mostly
+predicted estimate is often flagged, and its flag says what share of it
+was predicted.
 
 Example:
     widen(runs)           # runs: model rows of one G (`rows.model_row`)
@@ -99,7 +104,9 @@ def widen(rows: Sequence[MutableMapping[str, Any]]) -> None:
         if est is None or bricks is None or math.isnan(est) or est <= 0:
             continue
         half = math.hypot(bricks, machine[0] if machine else 0.0)
-        row["estimated_low_ms"] = est * (1 - half)
+        # A latency is never below 0: a range wider than +-100% (a mostly
+        # predicted estimate) is cut there.
+        row["estimated_low_ms"] = est * max(1 - half, 0.0)
         row["estimated_high_ms"] = est * (1 + half)
         row["machine_half"] = machine[0] if machine else None
         row["range_half"] = half
@@ -122,6 +129,13 @@ def _why(
             f"RMS, +-{100 * machine[0]:.1f}% at 95%"
         )
     named = ", ".join(row.get("uncertain_bricks") or ())
+    share = row.get("predicted_share") or 0.0
+    if share > 0:  # Predicted bricks carry the predictor's error.
+        return (
+            f"predicted: {100 * share:.0f}% of the estimate is predicted"
+            f" ({row.get('predicted_bricks', 0)} bricks never timed)"
+            + (f"; bricks: {named}" if named else "")
+        )
     return f"bricks: {named}" if named else "bricks"
 
 

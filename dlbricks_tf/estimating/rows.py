@@ -11,6 +11,7 @@ them as it runs; scripts that time models their own way build the same rows.
 from __future__ import annotations
 
 import collections
+import dataclasses
 import math
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -33,10 +34,15 @@ def model_row(
     results,
     d,
     failed: Mapping[str, str] | None = None,
+    predicted: Mapping[str, Timing] | None = None,
 ) -> dict[str, Any]:
     """One model's row of report.json: measured against estimated.
 
     Without a timing of every brick there is no estimate (nan).
+    With `predicted`, the bricks `results` lacks are taken from it: the
+    row then says how many and what share of the estimate were predicted
+    (`predicted_bricks`, `predicted_share`, `method` "predicted"), and its
+    range holds the predictor's error (`precision.estimate_precision`).
 
     Args:
         name: The model.
@@ -47,8 +53,20 @@ def model_row(
         d: Its decomposition at G.
         failed: {signature: reason} of the bricks that failed; the row's
             `failed_bricks` holds the model's.
+        predicted: {signature: predicted timing} (`Predictor.timing`) of
+            bricks never timed (a campaign within a budget,
+            `dlbricks_tf.running.budget`); None: every brick is timed.
     """
     failed = failed or {}
+    # A predicted brick's minimum is its predicted latency (its interval's
+    # low is no sample), so that `normalized_min` is not read low.
+    guessed = {
+        s: dataclasses.replace(t, min_ms=t.median_ms)
+        for s, t in (predicted or {}).items()
+        if s not in results
+    }
+    if guessed:
+        results = {**results, **guessed}
     m = measured
     signatures = dict.fromkeys(b.signature for b in d.bricks)
     row = {
@@ -83,8 +101,9 @@ def model_row(
             "estimate_precision": nan,
         }
     counts = collections.Counter(b.signature for b in d.bricks)
-    seq = estimate_lib.estimate(d, results, "sequential")
-    width = precision.estimate_precision(counts, results)
+    labels = {s: estimate_lib.PREDICTED for s in signatures if s in guessed}
+    seq = estimate_lib.estimate(d, results, "sequential", sources=labels)
+    width = precision.estimate_precision(counts, results, labels)
     par = estimate_lib.estimate(d, results, "parallel")
     row = {
         **row,
@@ -120,9 +139,12 @@ def model_row(
             )[:UNCERTAIN_BRICKS]
         ],
         # How the estimate was obtained (see dlbricks_tf.estimating.beyond).
-        "method": "timed",
+        "method": "predicted" if labels else "timed",
         "sources": {s.label: s.share for s in seq.sources},
     }
+    if predicted is not None:
+        row["predicted_bricks"] = len(labels)
+        row["predicted_share"] = seq.share(estimate_lib.PREDICTED)
     # The range: the bricks' precision, until `ranges.widen` over the
     # run's models adds the machine's variation seen in the others.
     ranges.widen([row])

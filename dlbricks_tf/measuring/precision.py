@@ -39,7 +39,7 @@ rest fits. Nothing here imports TensorFlow.
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 
 from dlbricks_tf import stats
 from dlbricks_tf.stats import Timing
@@ -136,19 +136,40 @@ def _extrapolated(
 
 
 def estimate_precision(
-    counts: Mapping[str, int], timings: Mapping[str, Timing]
+    counts: Mapping[str, int],
+    timings: Mapping[str, Timing],
+    predicted: Collection[str] = (),
 ) -> float:
     """Relative half-width of an estimate from stored brick timings.
+
+    The timed bricks' half-widths add in quadrature (they are sampled
+    independently). Predicted bricks (`dlbricks_tf.estimating.predict`)
+    add theirs end to end: a predictor's errors within one model go the
+    same way (a kind of layer it prices wrong is wrong in every brick that
+    holds it), which is why its interval is that of a sum of bricks. The
+    two parts add in quadrature.
 
     Args:
         counts: {signature: count} of one model.
         timings: Timings of (at least) those signatures.
+        predicted: The signatures whose timings were predicted, not timed.
 
     Returns:
-        sqrt(sum (c h)^2) / sum c mean; inf if the estimate is 0.
+        sqrt(sum_timed (c h)^2 + (sum_predicted c h)^2) / sum c mean; inf
+        if the estimate is 0.
     """
     total = sum(c * timings[k].center_ms for k, c in counts.items())
-    spread = math.sqrt(
-        sum((c * timing_half_width(timings[k])) ** 2 for k, c in counts.items())
+    timed = math.sqrt(
+        sum(
+            (c * timing_half_width(timings[k])) ** 2
+            for k, c in counts.items()
+            if k not in predicted
+        )
     )
+    guessed = sum(
+        c * timing_half_width(timings[k])
+        for k, c in counts.items()
+        if k in predicted
+    )
+    spread = math.hypot(timed, guessed)
     return spread / total if total > 0 else math.inf

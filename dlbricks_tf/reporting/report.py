@@ -47,7 +47,9 @@ def format_report(report: Mapping[str, Any]) -> str:
     carry `model_drift_median_rel_diff` (the whole models' median move
     since the previous G's pass of the same run), a `failed bricks` column
     when a model has no estimate because bricks of it failed
-    (`failed_bricks`);
+    (`failed_bricks`), a `budget s (spent)`, `bricks timed/predicted` and
+    `probes s` column when the corpus rows carry `budget_s` (`run
+    --budget`, `dlbricks_tf.running.budget`);
     rows of fused decompositions (`"split": "fused"`) show G as "1 fused".
     """
     precise = any("estimate_precision" in r for r in report["runs"])
@@ -123,6 +125,12 @@ def format_report(report: Mapping[str, Any]) -> str:
     ref = any(c.get("reference_ratio") is not None for c in report["corpus"])
     if ref:
         header, rule = header + " reference x (spread) |", rule + "---:|"
+    budget = any(c.get("budget_s") is not None for c in report["corpus"])
+    if budget:
+        header, rule = (
+            header + " budget s (spent) | bricks timed/predicted | probes s |",
+            rule + "---:|---:|---:|",
+        )
     lines += ["", header, rule]
     for c in report["corpus"]:
         line = (
@@ -166,6 +174,14 @@ def format_report(report: Mapping[str, Any]) -> str:
             line += (
                 f" {_f(c.get('reference_ratio'))}"
                 f" ({_f(None if spread is None else 100 * spread, 1)}%) |"
+            )
+        if budget:
+            line += (
+                f" {_f(c.get('budget_s'), 1)}"
+                f" ({_f(c.get('budget_spent_s'), 1)})"
+                f" | {c.get('bricks_timed', '-')}"
+                f"/{c.get('bricks_predicted', '-')}"
+                f" | {_f(c.get('probes_s'), 1)} |"
             )
         lines.append(line)
     return "\n".join(lines)

@@ -37,6 +37,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import math
 import os
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -55,7 +56,7 @@ from dlbricks_tf.models.sources import (  # noqa: F401 (the job's names for them
     shape_label,
 )
 from dlbricks_tf.running.report_json import new_report, write_report
-from dlbricks_tf.stats import Timing
+from dlbricks_tf.stats import Timing, timing_problem
 
 # The default corpus of `run`: three families (inverted residuals, residual
 # bottlenecks, squeeze-and-excitation) that share many bricks at G=1 and
@@ -115,6 +116,8 @@ def run_granularity(
     fuse: bool = False,
     onnx_folder: str | os.PathLike | None = None,
     reference: bool = False,
+    budget_s: float | None = None,
+    probe_count: int | None = None,
 ) -> GranularityResult:
     """Measures every model and its bricks at one G, and estimates.
 
@@ -156,6 +159,15 @@ def run_granularity(
             the reference's state and spread. The host's hypervisor steal
             over the G (`steal_share`, `steal_peak_share`) is kept either
             way.
+        budget_s: Time the bricks within this many seconds
+            (`dlbricks_tf.running.budget`): the probes first if the store
+            lacks them (their seconds apart), then the bricks that narrow
+            the models' ranges most per second, the others predicted;
+            every model is still measured end to end, after the bricks.
+            Rows then carry `predicted_bricks` and `predicted_share`, and
+            the corpus row the budget's figures. None: every brick is
+            timed, interleaved with its model. TF only.
+        probe_count: The probes timed under a budget (default: all).
 
     Returns:
         The rows of report.json (`runs`, `corpus`) and what they came from.
@@ -179,6 +191,8 @@ def run_granularity(
             "ONNX Runtime times ONNX files: pass onnx_folder, where the "
             "bricks' and models' files are kept."
         )
+    if budget_s is not None and ort:
+        raise ValueError("A budget times bricks on TensorFlow only.")
     # "setup" is the campaign's part that no sampling cap shortens:
     # decomposing, building, and each brick timer's trace and warm-up.
     clock = rounds.WallClock(
@@ -220,8 +234,20 @@ def run_granularity(
         clock.run(setup, lambda: scale.state_ms)
     results: dict[str, Timing] = {}
     if reuse_stored:
-        stored = store.results(settings, fingerprint, accept_noisy=False)
-        results = {s: stored[s] for s in suite.signatures if s in stored}
+        # Under a budget a noisy stored timing is kept: it is still
+        # better than a prediction, and the budget goes to new bricks.
+        stored = store.results(
+            settings, fingerprint, accept_noisy=budget_s is not None
+        )
+        results = {
+            s: stored[s]
+            for s in suite.signatures
+            if s in stored
+            and (
+                budget_s is None
+                or timing_problem(stored[s].to_dict(), ordered=False) is None
+            )
+        }
     total = len(sources) + len(suite) - len(results)
     done = [0]
     if progress is not None and sources:
@@ -289,6 +315,32 @@ def run_granularity(
             settings.batch_size,
         )
 
+    spent = None
+    if budget_s is not None:
+        from dlbricks_tf.running import budget
+
+        spent = budget.time_within_budget(
+            suite,
+            store,
+            settings,
+            fingerprint,
+            brick_options,
+            budget_s=budget_s,
+            granularity=granularity,
+            known=results,
+            **({"probe_count": probe_count} if probe_count else {}),
+            fuse=fuse,
+            check_settings=check_settings,
+            scale=scale,
+            on_result=functools.partial(brick_done, "bricks"),
+            on_failure=functools.partial(brick_failed, "bricks"),
+            log=log,
+            clock=clock,
+        )
+        # The bricks left are predicted, not timed: the progress counts
+        # the models only from here.
+        total = done[0] + len(sources)
+
     runs = []
     for source in sources:
         keras.backend.clear_session()
@@ -307,22 +359,25 @@ def run_granularity(
         model_rounds = rounds.ModelSampler(
             model_timer, clock, functools.partial(finished, source.name)
         )
-        bricks = to_time(d, model)
-        summary = brick_timing.time_bricks(
-            bricks,
-            settings,
-            fingerprint,
-            store,
-            brick_options,
-            weights=weights,
-            known=results,
-            between=model_rounds,
-            clock=clock,
-            check_settings=check_settings,
-            on_result=functools.partial(brick_done, source.name),
-            on_failure=functools.partial(brick_failed, source.name),
-            scale=scale,
-        )
+        # Under a budget the bricks were timed (or predicted) already: the
+        # model is sampled alone (`finish`).
+        summary = brick_timing.BrickSummary()
+        if spent is None:
+            summary = brick_timing.time_bricks(
+                to_time(d, model),
+                settings,
+                fingerprint,
+                store,
+                brick_options,
+                weights=weights,
+                known=results,
+                between=model_rounds,
+                clock=clock,
+                check_settings=check_settings,
+                on_result=functools.partial(brick_done, source.name),
+                on_failure=functools.partial(brick_failed, source.name),
+                scale=scale,
+            )
         meter.tick()
         remeasured.extend(summary.remeasured)
         new_bricks = len(summary.timed)
@@ -338,10 +393,14 @@ def run_granularity(
             results,
             d,
             failed,
+            predicted=None if spent is None else spent.predicted,
         )
+        if spent is not None:
+            mine = {b.signature for b in d.bricks}
+            new_bricks = sum(s in mine for s in spent.timed)
         row["new_unique_bricks"] = new_bricks
         runs.append(row)
-        if row["failed_bricks"]:
+        if row["failed_bricks"] and math.isnan(row["estimated_ms"]):
             shown = "; ".join(
                 f"{s}: {r}" for s, r in list(row["failed_bricks"].items())[:3]
             )
@@ -353,7 +412,13 @@ def run_granularity(
             estimate_text = (
                 f"estimated {row['estimated_ms']:.3f} ms "
                 f"(x{row['normalized']:.3f}, "
-                f"+-{100 * row['estimate_precision']:.1f}%)"
+                f"+-{100 * row['estimate_precision']:.1f}%"
+                + (
+                    f", {100 * row['predicted_share']:.0f}% predicted"
+                    if row.get("predicted_share")
+                    else ""
+                )
+                + ")"
             )
         log(
             f"G={granularity} {source.name}: measured "
@@ -365,6 +430,18 @@ def run_granularity(
     # Each range gains the machine's variation, seen in the other models.
     ranges.widen(runs)
     machine = {**meter.summary(), **(scale.summary() if scale else {})}
+    timed_bricks = total - len(sources) - len(failed)
+    budget_figures = {}
+    if spent is not None:
+        timed_bricks = len(spent.timed)
+        budget_figures = {
+            "budget_s": spent.budget_s,
+            "budget_spent_s": spent.spent_s,
+            "budget_fit_s": spent.fit_s,
+            "budget_stopped": spent.stopped,
+            "bricks_predicted": len(spent.predicted),
+            "probes_s": spent.probes_s,
+        }
     return GranularityResult(
         runs,
         corpus_row(
@@ -372,12 +449,13 @@ def run_granularity(
             fuse,
             runs,
             measured,
-            results,
+            results if spent is None else {**spent.predicted, **results},
             suite,
             len(failed),
             campaign_wall_s=clock[rounds.CAMPAIGN],
             campaign_setup_s=clock[rounds.SETUP],
-            bricks_timed=total - len(sources) - len(failed),
+            bricks_timed=timed_bricks,
+            **budget_figures,
             end_to_end_wall_s=clock[rounds.END_TO_END],
             **({"conversion_wall_s": clock[CONVERSION]} if ort else {}),
             **machine,
@@ -409,6 +487,8 @@ def run_job(
     fuse: bool = False,
     onnx_folder: str | os.PathLike | None = None,
     reference: bool = False,
+    budget_s: float | None = None,
+    probe_count: int | None = None,
 ) -> tuple[dict[str, Any], dict[int, GranularityResult]]:
     """Runs `run_granularity` for every G; returns the report and details.
 
@@ -423,7 +503,8 @@ def run_job(
         report_path: Where to write report.json, rewritten after every G
             so a stopped run keeps what it did; None writes nothing.
         reuse_stored, safe_mode, check_settings, progress, log, fuse,
-            onnx_folder, reference: As in `run_granularity`.
+            onnx_folder, reference, budget_s, probe_count: As in
+            `run_granularity` (a budget is each G's).
 
     Returns:
         (report, {G: GranularityResult}); the report as in report.json.
@@ -449,6 +530,8 @@ def run_job(
             log=log,
             onnx_folder=onnx_folder,
             reference=reference,
+            budget_s=budget_s,
+            probe_count=probe_count,
         )
         details[g] = result
         report["runs"] += result.runs

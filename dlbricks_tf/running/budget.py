@@ -1,0 +1,549 @@
+"""A brick campaign within a time budget: time what a predictor prices worst.
+
+Timing every unique brick of a corpus on a new machine costs minutes to
+hours; a predictor of this machine's bricks (`dlbricks_tf.estimating.predict`)
+prices the others. `time_within_budget` spends a budget of seconds on the
+bricks whose timing narrows the models' estimates most per second, and
+predicts the rest:
+
+1. The probes (`dlbricks_tf.models.probes`) are timed first if the store
+   lacks them for these settings on this machine, as `bench --probes`
+   does: once per machine and settings, their seconds counted apart from
+   the budget (`probes_s`).
+2. A predictor is fitted on every described brick the store holds for
+   these settings on this machine (`beyond.train`, from the descriptions,
+   no model walked): the probes' and any brick timed before.
+3. Rounds until the budget is spent, every model's range is within
+   +-10% (`ranges.PROMISE`), or every brick is timed: each untimed
+   brick b is scored (`score`), the best are timed in one chain
+   (`brick_timing.time_bricks`, stored with their descriptions), and the
+   predictor is fitted again once the bricks it could learn from have
+   grown by `REFIT_GROWTH` (the fits count in the budget). A round takes
+   the best bricks whose expected cost fits the seconds left (the first
+   always) and, once started, is finished and kept: stopped half way,
+   what it spent building and tracing its chain would be lost. So the
+   budget is kept by sizing the rounds, and overrun by one round at most.
+
+The score. Timing brick b replaces its predicted interval by a sampled
+one; what that removes from model m's range is about c_bm p_b u, with c_bm
+its count in m, p_b its predicted latency and u the predictor's relative
+half-width (from its cross-validation, `CrossValidation.interval`; one
+value for every brick, so it orders nothing but says how much is gained).
+The rule asked first, p_b x (sum_m c_bm) x u / cost_b, adds those
+milliseconds over the models; the one here divides each model's part by
+its estimate E_m, and leaves out the models already within +-10%:
+
+    score_b = u p_b (sum over models m not yet precise of c_bm / E_m)
+              / cost_b
+
+Why: the goal is a relative one per model (each model within +-10%). In
+milliseconds, a brick of a 200 ms model outweighs every brick of a 5 ms
+one, and the budget went to the large models while the small ones stayed
+mostly predicted; in shares of each model, a brick that is 20% of a small
+model comes before one that is 1% of a large one, and a model once
+precise stops drawing the budget. cost_b = a brick's setup (building it,
+its link in the chain's trace and warm-up: `SETUP_S` at first, then what
+the last round cost a brick beyond its samples on this machine) plus its
+sampling, `min_samples` passes of p_b (times the links a repeated brick
+gets a pass).
+
+A brick that cannot be built or timed is recorded as failed (as in every
+campaign) and predicted. A budget the first fit already spends times
+nothing: every brick is predicted.
+
+Example:
+    summary = time_within_budget(suite, store, settings, fp, options,
+                                 budget_s=60, granularity=1)
+    summary.timed, summary.predicted  # {signature: predicted Timing}
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import math
+import time
+from collections.abc import Callable, Collection, Mapping, Sequence
+from typing import Any
+
+from dlbricks_tf.cutting import suite as suite_lib
+from dlbricks_tf.estimating import beyond, features, ranges
+from dlbricks_tf.estimating import predict as predict_lib
+from dlbricks_tf.measuring import brick_timing, campaign, precision, sampling
+from dlbricks_tf.models import probes
+from dlbricks_tf.running import bench
+from dlbricks_tf.stats import Timing, timing_problem
+
+# Seconds a brick costs before its first sample: building it, its link in
+# the chain's trace and warm-up (14-30 ms a brick on the 2-core hosts).
+SETUP_S = 0.025
+# Bricks timed in one round (one chain), at most: the predictor is fitted
+# again between rounds, so a round is small enough to change the order.
+ROUND_BRICKS = 32
+# The predictor is fitted again when the bricks it can learn from have
+# grown by this share since its last fit.
+REFIT_GROWTH = 0.2
+# Why a campaign ended (`BudgetSummary.stopped`).
+SPENT, PRECISE, ALL_TIMED, SIGNAL = "budget", "precise", "all timed", "signal"
+
+
+@dataclasses.dataclass(frozen=True)
+class BudgetSummary:
+    """What one `time_within_budget` call did.
+
+    Attributes:
+        budget_s: The budget, in seconds.
+        spent_s: Seconds spent on the campaign (timing and fitting),
+            the probes' apart.
+        probes_s: Seconds spent timing the probes the store lacked (0 when
+            it held them).
+        fit_s: Of `spent_s`, seconds fitting the predictor.
+        fits: Predictors fitted.
+        timed: Signatures timed and stored, in order.
+        failed: (signature, reason) of the bricks that failed.
+        predicted: {signature: predicted timing} of the suite's bricks left
+            untimed (empty if no predictor could be fitted).
+        stopped: Why it ended: "budget", "precise" (every model within
+            +-10%), "all timed" or "signal".
+        predictor: The last predictor fitted, or None.
+    """
+
+    budget_s: float
+    spent_s: float
+    probes_s: float
+    fit_s: float
+    fits: int
+    timed: tuple[str, ...]
+    failed: tuple[tuple[str, str], ...]
+    predicted: dict[str, Timing]
+    stopped: str
+    predictor: Any = None
+
+
+def relative_half(predictor: predict_lib.Predictor) -> float:
+    """The predictor's relative half-width of a predicted brick (CV)."""
+    low, high = predictor.cv.interval
+    return max(math.exp(high) - 1.0, 1.0 - math.exp(low), 0.0)
+
+
+def cost_s(
+    predicted_ms: float,
+    options: sampling.TimingOptions,
+    repeats: int = 1,
+    setup_s: float = SETUP_S,
+) -> float:
+    """Expected seconds to time a brick of `predicted_ms` in a chain.
+
+    `setup_s`: a brick's setup; the campaign passes what its last round
+    cost a brick beyond its sampling, on this machine (at least `SETUP_S`).
+    """
+    return setup_s + sampling_s(predicted_ms, options, repeats)
+
+
+def sampling_s(
+    predicted_ms: float, options: sampling.TimingOptions, repeats: int = 1
+) -> float:
+    """Expected seconds of a brick's samples: `min_samples` passes."""
+    passes = max(options.min_samples, 1)
+    return passes * repeats * max(predicted_ms, 0.0) / 1000.0
+
+
+def score(
+    predicted_ms: float,
+    counts: Sequence[tuple[str, int]],
+    estimates_ms: Mapping[str, float],
+    uncertainty: float,
+    cost: float,
+) -> float:
+    """How much timing a brick narrows the models' ranges per second.
+
+    Args:
+        predicted_ms: The brick's predicted latency.
+        counts: (model, occurrences) of the brick.
+        estimates_ms: {model: estimate} of the models not yet within
+            +-10%; the others gain nothing.
+        uncertainty: The predictor's relative half-width (`relative_half`).
+        cost: Expected seconds to time it (`cost_s`).
+
+    Returns:
+        u p (sum_m c_m / E_m) / cost (see the module docstring).
+    """
+    share = sum(
+        n / estimates_ms[m]
+        for m, n in counts
+        if m in estimates_ms and estimates_ms[m] > 0
+    )
+    return uncertainty * max(predicted_ms, 0.0) * share / max(cost, 1e-9)
+
+
+def model_precisions(
+    suite: Any,
+    timings: Mapping[str, Timing],
+    predicted: Collection[str],
+) -> dict[str, tuple[float, float]]:
+    """{model: (estimate ms, relative half-width)} of a suite's models.
+
+    From the timed and predicted bricks (`precision.estimate_precision`);
+    a model with a brick in neither is left out.
+    """
+    counts: dict[str, dict[str, int]] = {}
+    for entry in suite.entries:
+        for model, n in entry.counts:
+            counts.setdefault(model, {})[entry.signature] = n
+    out = {}
+    for model, brick_counts in counts.items():
+        if any(s not in timings for s in brick_counts):
+            continue
+        total = sum(n * timings[s].center_ms for s, n in brick_counts.items())
+        out[model] = (
+            total,
+            precision.estimate_precision(brick_counts, timings, predicted),
+        )
+    return out
+
+
+def fit_predictor(
+    store: Any, settings: Any, fingerprint: Any, log: Callable | None = None
+) -> tuple[predict_lib.Predictor | None, int]:
+    """(predictor fitted on the store's described bricks, bricks learnt).
+
+    None (and 0) when too few are stored to fit one.
+    """
+    results = {
+        s: t
+        for s, t in store.results(settings, fingerprint).items()
+        if timing_problem(t.to_dict(), ordered=False) is None
+    }
+    texts = store.descriptions(settings, fingerprint)
+    texts = {s: text for s, text in texts.items() if s in results}
+    try:
+        predictor = beyond.train(
+            {}, results, max_granularity=1, descriptions=texts, log=log
+        )
+    except predict_lib.PredictorError as e:
+        if log:
+            log(f"Budget: no predictor yet ({e})")
+        return None, len(texts)
+    return predictor, len(texts)
+
+
+def time_probes(
+    store: Any,
+    settings: Any,
+    fingerprint: Any,
+    options: sampling.TimingOptions | None,
+    *,
+    granularity: int,
+    count: int = probes.COUNT,
+    fuse: bool = False,
+    check_settings: bool = True,
+    scale: Any = None,
+    stop: Callable[[], bool] | None = None,
+    log: Callable[[str], None] | None = None,
+) -> tuple[float, int]:
+    """Times the probes' bricks the store lacks, as `bench --probes` does.
+
+    Returns:
+        (seconds spent, bricks timed); (seconds, 0) when the store held
+        them all (cutting the probes is all it cost).
+    """
+    start = time.perf_counter()
+    s = suite_lib.build_suite(
+        {
+            p.name: p.decompose(granularity, True, fuse)
+            for p in probes.sources(count)
+        }
+    )
+    # A probe stored noisy still teaches the predictor: it is not timed
+    # again here (a second `bench --probes` does that).
+    todo = store.missing(s.signatures, settings, fingerprint, accept_noisy=True)
+    if not todo:
+        return time.perf_counter() - start, 0
+    if log:
+        log(
+            f"Budget: the store lacks {len(todo)} of the probes' "
+            f"{len(s)} bricks for these settings; timing them first "
+            "(counted apart from the budget)"
+        )
+    summary = bench.time_suite(
+        s,
+        store,
+        settings,
+        fingerprint,
+        options,
+        accept_noisy=True,
+        check_settings=check_settings,
+        scale=scale,
+        stop=stop,
+    )
+    return time.perf_counter() - start, len(summary.timed)
+
+
+def time_within_budget(
+    suite: Any,
+    store: Any,
+    settings: Any,
+    fingerprint: Any,
+    options: sampling.TimingOptions | None = None,
+    *,
+    budget_s: float,
+    granularity: int,
+    build: Callable[[Any], Any] | None = None,
+    known: Mapping[str, Timing] | None = None,
+    probe_count: int = probes.COUNT,
+    fuse: bool = False,
+    check_settings: bool = True,
+    scale: Any = None,
+    stop: Callable[[], bool] | None = None,
+    on_result: Callable[[str, Timing], None] | None = None,
+    on_failure: Callable[[str, str], None] | None = None,
+    log: Callable[[str], None] | None = None,
+    clock: Any = None,
+) -> BudgetSummary:
+    """Times the suite's most useful bricks within `budget_s` seconds.
+
+    See the module docstring for the order and the stopping rule.
+
+    Args:
+        suite: The unique bricks, with their counts per model
+            (`cutting.suite.Suite`, entries cut in memory: their bricks
+            describe themselves).
+        store: The `Store`; every result is written as it finishes.
+        settings: Run settings in force in this process.
+        fingerprint: This machine's fingerprint.
+        options: Sampling options of the bricks.
+        budget_s: Seconds the campaign may spend (more than 0).
+        granularity: G of the suite, at which the probes are cut too.
+        build: Returns what an entry's brick runs as; default: the
+            entry's brick built at the settings' batch size.
+        known: Timings of the suite's bricks already stored (default: the
+            store's, noisy ones included).
+        probe_count: The probes timed if the store lacks them.
+        fuse: The suite was cut into fusion units (the probes are too).
+        check_settings: Verify `settings` against the process first.
+        scale: A `reference.ReferenceScale`, or None.
+        stop: Asked between chains; True ends the campaign ("signal").
+        on_result: Called with (signature, timing) after each commit.
+        on_failure: Called with (signature, reason) after a failure.
+        log: Called with a line of progress.
+        clock: A `rounds.WallClock` charged with the bricks' work.
+
+    Returns:
+        What was timed, and the predicted timings of the rest.
+
+    Raises:
+        ValueError: A budget of 0 seconds or less.
+        StoreError, ThreadPoolError: As `brick_timing.time_bricks`.
+    """
+    if not budget_s > 0:
+        raise ValueError(f"The budget must be above 0 s. Received: {budget_s}")
+    options = options or sampling.TimingOptions()
+    log = log or (lambda line: None)
+    if build is None:
+
+        def build(entry: Any) -> Any:
+            return entry.brick.build(settings.batch_size)
+
+    probes_s, _ = time_probes(
+        store,
+        settings,
+        fingerprint,
+        options,
+        granularity=granularity,
+        count=probe_count,
+        fuse=fuse,
+        check_settings=check_settings,
+        scale=scale,
+        stop=stop,
+        log=log,
+    )
+    start = time.perf_counter()
+
+    def elapsed() -> float:
+        return time.perf_counter() - start
+
+    if known is None:
+        known = store.results(settings, fingerprint)
+    timings = {
+        s: known[s]
+        for s in suite.signatures
+        if s in known
+        and timing_problem(known[s].to_dict(), ordered=False) is None
+    }
+    _describe_known(store, suite, timings)
+    fit_s = 0.0
+    fits = 0
+
+    def refit() -> tuple[Any, int]:
+        nonlocal fit_s, fits
+        t0 = time.perf_counter()
+        fitted = fit_predictor(store, settings, fingerprint, log)
+        fit_s += time.perf_counter() - t0
+        fits += fitted[0] is not None
+        return fitted
+
+    predictor, learnt = refit()
+    weights = brick_timing.model_weights(suite.entries)
+    entries = {e.signature: e for e in suite.entries}
+    rows = {}  # Features of each brick, read once.
+    timed: list[str] = []
+    failed: list[tuple[str, str]] = []
+    bad: set[str] = set()
+    stopped = ALL_TIMED
+    setup = SETUP_S  # A brick's setup: updated from each round's cost.
+
+    def predictions() -> dict[str, Timing]:
+        todo = [s for s in suite.signatures if s not in timings]
+        if predictor is None or not todo:
+            return {}
+        for s in todo:
+            if s not in rows:
+                brick = entries[s].brick
+                rows[s] = features.brick_features(brick, brick.specs)
+        ms = predictor.predict_ms([rows[s] for s in todo])
+        return {s: predictor.timing(m) for s, m in zip(todo, ms, strict=True)}
+
+    def committed(key: str, result: Timing) -> None:
+        timings[key] = result
+        if on_result is not None:
+            on_result(key, result)
+
+    def failure(key: str, reason: str) -> None:
+        bad.add(key)
+        if on_failure is not None:
+            on_failure(key, reason)
+
+    while True:
+        guessed = predictions()
+        todo = [
+            s for s in suite.signatures if s not in timings and s not in bad
+        ]
+        if not todo:
+            stopped = ALL_TIMED
+            break
+        if stop is not None and stop():
+            stopped = SIGNAL
+            break
+        left = budget_s - elapsed()
+        if left <= 0:
+            stopped = SPENT
+            break
+        if predictor is not None:
+            state = model_precisions(suite, {**guessed, **timings}, guessed)
+            open_models = {
+                m: e for m, (e, half) in state.items() if half > ranges.PROMISE
+            }
+            if state and not open_models:
+                stopped = PRECISE
+                break
+            u = relative_half(predictor)
+            predicted_ms = {s: guessed[s].median_ms for s in todo}
+        else:  # No predictor yet: the suite's order, every model open.
+            open_models = dict.fromkeys(suite.models, 1.0)
+            u = 1.0
+            predicted_ms = dict.fromkeys(todo, 0.0)
+
+        def repeats(s: str) -> int:
+            most = max((c.get(s, 0) for c in weights.values()), default=1)
+            return min(
+                max(most // campaign.CALLS_PER_REPEAT, 1), campaign.MAX_REPEATS
+            )
+
+        costs = {
+            s: cost_s(predicted_ms[s], options, repeats(s), setup) for s in todo
+        }
+        ranked = sorted(
+            todo,
+            key=lambda s: (
+                -score(
+                    predicted_ms[s], entries[s].counts, open_models, u, costs[s]
+                )
+            ),
+        )
+        # The best bricks whose expected cost fits what is left (the
+        # first one always). A round once started is finished and kept:
+        # stopped half way, what it spent building and tracing its chain
+        # would be lost, so the budget is kept by sizing the rounds.
+        batch, spend = [], 0.0
+        for s in ranked[: min(ROUND_BRICKS, options.chain_links)]:
+            if batch and spend + costs[s] > left:
+                break
+            batch.append(s)
+            spend += costs[s]
+        summary = brick_timing.time_bricks(
+            [
+                brick_timing.BrickToTime(
+                    s,
+                    functools.partial(build, entries[s]),
+                    getattr(entries[s], "id_bounds", None),
+                    entries[s].brick.describe,
+                )
+                for s in batch
+            ],
+            settings,
+            fingerprint,
+            store,
+            options,
+            weights=weights,
+            known=timings,
+            clock=clock,
+            stop=stop,
+            check_settings=check_settings,
+            on_result=committed,
+            on_failure=failure,
+            scale=scale,
+        )
+        timed += summary.timed
+        failed += summary.failed
+        if batch:  # What a brick cost this round beyond its samples.
+            sampled = sum(
+                sampling_s(predicted_ms[s], options, repeats(s)) for s in batch
+            )
+            setup = max(SETUP_S, (summary.wall_s - sampled) / len(batch))
+        if not summary.timed and not summary.failed:  # Stopped at once.
+            stopped = SIGNAL if stop is not None and stop() else SPENT
+            break
+        described = len(store.descriptions(settings, fingerprint))
+        if (
+            predictor is None
+            or described >= (1 + REFIT_GROWTH) * max(learnt, 1)
+        ) and elapsed() < budget_s:
+            fitted, count = refit()
+            if fitted is not None:
+                predictor, learnt = fitted, count
+    guessed = predictions()
+    log(
+        f"Budget: {len(timed)} brick(s) timed, {len(guessed)} predicted, "
+        f"{elapsed():.1f} s of {budget_s:g} s spent ({fit_s:.1f} s fitting "
+        f"{fits} predictor(s)); stopped: {stopped}"
+        + (f"; probes {probes_s:.1f} s apart" if probes_s else "")
+    )
+    return BudgetSummary(
+        budget_s=budget_s,
+        spent_s=elapsed(),
+        probes_s=probes_s,
+        fit_s=fit_s,
+        fits=fits,
+        timed=tuple(timed),
+        failed=tuple(failed),
+        predicted=guessed,
+        stopped=stopped,
+        predictor=predictor,
+    )
+
+
+def _describe_known(
+    store: Any, suite: Any, timings: Mapping[str, Timing]
+) -> None:
+    """Keeps the descriptions the store lacks of the suite's timed bricks,
+    so the predictor learns from them (a store older than descriptions)."""
+    have = store.described()
+    texts = {}
+    for entry in suite.entries:
+        if entry.signature not in timings or entry.signature in have:
+            continue
+        try:
+            texts[entry.signature] = entry.brick.describe()
+        except Exception:  # Left out of what the predictor learns, as when
+            continue  # a brick's description cannot be made once timed.
+    store.put_descriptions(texts)

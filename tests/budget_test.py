@@ -1,0 +1,201 @@
+"""Tests of dlbricks_tf/running/budget.py: a brick campaign within a budget.
+
+The campaign runs for real on a corpus of more bricks than its budget can
+time (a stack of dense layers of distinct widths) beside a small model;
+only whether it stopped before every brick and the shape of its rows are
+checked, never a wall-clock bound. The score, and the rows of a model
+with predicted bricks, are checked on planted numbers.
+"""
+
+import collections
+import json
+import math
+
+import keras
+import pytest
+
+import dlbricks_tf
+from dlbricks_tf.estimating import predict, ranges, rows
+from dlbricks_tf.measuring import sampling
+from dlbricks_tf.running import budget
+from dlbricks_tf.stats import Timing
+from tests import models
+from tests.cli import FAST, dlbricks
+
+# Layers of the stack: far more bricks than a budget of seconds times (a
+# chain of 32 of them, its trace and the predictor's fits come first).
+LAYERS = 150
+FAST_OPTIONS = sampling.TimingOptions(
+    min_samples=3, max_samples=5, max_seconds=0.2, target_sample_ms=0.5
+)
+
+
+def _stack() -> keras.Model:
+    x = inp = keras.Input((8,), name="features")
+    for i in range(LAYERS):
+        x = keras.layers.Dense(8 + i, activation="relu")(x)
+    return keras.Model(inp, x, name="stack")
+
+
+@pytest.fixture(scope="module")
+def files(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("models")
+    paths = {"stack": str(folder / "stack.keras")}
+    _stack().save(paths["stack"])
+    paths["chain"] = str(folder / "chain.keras")
+    models.chain()[0].save(paths["chain"])
+    return paths
+
+
+def _predictor(low: float, high: float) -> predict.Predictor:
+    """A predictor whose cross-validated interval is [low, high] (log)."""
+    cv = predict.CrossValidation(
+        folds=2,
+        grouped=False,
+        bricks=10,
+        median_error=0.1,
+        within_10pct=0.5,
+        low=low,
+        high=high,
+        model_low=low,
+        model_high=high,
+    )
+    return predict.Predictor(None, "kinds", cv)
+
+
+def test_the_score_favours_a_large_share_of_an_open_model_per_second():
+    estimates = {"small": 2.0, "large": 200.0}
+    # 1 ms is half of the small model, 10 ms a twentieth of the large one.
+    small = budget.score(1.0, [("small", 1)], estimates, 0.3, 0.05)
+    large = budget.score(10.0, [("large", 1)], estimates, 0.3, 0.05)
+    assert small > large > 0
+    # A model already within +-10% (absent from the estimates) gains nothing.
+    assert budget.score(1.0, [("done", 3)], estimates, 0.3, 0.05) == 0
+    # Twice the cost, half the score; twice the occurrences, twice.
+    assert budget.score(1.0, [("small", 1)], estimates, 0.3, 0.1) == (
+        pytest.approx(small / 2)
+    )
+    assert budget.score(1.0, [("small", 2)], estimates, 0.3, 0.05) == (
+        pytest.approx(2 * small)
+    )
+    options = FAST_OPTIONS
+    assert budget.cost_s(0.0, options) == budget.SETUP_S
+    assert budget.cost_s(10.0, options) > budget.cost_s(1.0, options)
+    assert budget.relative_half(_predictor(-0.2, 0.4)) == pytest.approx(
+        math.exp(0.4) - 1
+    )
+
+
+def test_a_row_with_predicted_bricks_says_so_and_holds_the_predictors_error():
+    d = dlbricks_tf.decompose(models.chain()[0], 1)
+    counts = collections.Counter(b.signature for b in d.bricks)
+    signatures = list(counts)
+    timed = {
+        s: Timing(1.0, 1.0, 1.0, 1.0, 10, 0.99, 1.01, False)
+        for s in signatures[1:]
+    }
+    predictor = _predictor(-0.5, 0.5)
+    guessed = {signatures[0]: predictor.timing(20.0)}
+    settings, _ = models.settings()
+    measured = Timing(25.0, 25.0, 25.0, 25.0, 10, 24.9, 25.1, False)
+    row = rows.model_row(
+        "chain", 1, settings, measured, timed, d, predicted=guessed
+    )
+    assert row["method"] == "predicted"
+    assert row["predicted_bricks"] == 1
+    share = 20.0 * counts[signatures[0]] / row["estimated_ms"]
+    assert row["predicted_share"] == pytest.approx(share)
+    assert row["estimated_low_ms"] < row["estimated_ms"]
+    assert row["estimated_high_ms"] > row["estimated_ms"]
+    assert row["range_half"] > ranges.PROMISE
+    assert row["range_flag"].startswith("predicted: ")
+    # Every brick timed: the row is as it always was.
+    plain = rows.model_row("chain", 1, settings, measured, timed, d)
+    assert "predicted_share" not in plain and math.isnan(plain["estimated_ms"])
+
+
+def test_run_within_a_budget_stops_and_predicts_the_rest(files, tmp_path):
+    out = tmp_path / "out"
+    proc = dlbricks(
+        "run",
+        f"--models={files['stack']},{files['chain']}",
+        "--budget=3",
+        "--probe_count=8",
+        f"--db={tmp_path / 's.sqlite'}",
+        f"--out={out}",
+        "--graphs=0",
+        *FAST,
+    )
+    assert proc.returncode == 0, proc.stderr
+    report = json.loads((out / "report.json").read_text())
+    (corpus,) = report["corpus"]
+    assert corpus["budget_s"] == 3
+    # It stopped before every brick: the rest was predicted.
+    assert 0 <= corpus["bricks_timed"] < corpus["unique_bricks"]
+    assert corpus["bricks_predicted"] == (
+        corpus["unique_bricks"] - corpus["bricks_timed"]
+    )
+    assert corpus["probes_s"] > 0  # The store lacked them: timed first.
+    assert corpus["budget_stopped"] in (budget.SPENT, budget.PRECISE)
+    assert {r["model"] for r in report["runs"]} == {"stack", "chain"}
+    stack = next(r for r in report["runs"] if r["model"] == "stack")
+    assert stack["predicted_share"] > 0 and stack["predicted_bricks"] > 0
+    for row in report["runs"]:
+        assert 0 <= row["predicted_share"] <= 1
+        assert math.isfinite(row["estimated_ms"]) and row["estimated_ms"] > 0
+        assert math.isfinite(row["measured_ms"]) and row["measured_ms"] > 0
+        low, high = row["estimated_low_ms"], row["estimated_high_ms"]
+        assert 0 <= low <= row["estimated_ms"] <= high
+    assert "budget s (spent)" in proc.stdout
+    assert "% predicted" in proc.stdout
+
+
+def test_bench_within_a_budget_stores_some_bricks(files, tmp_path):
+    from dlbricks_tf.storing.store import Store
+
+    db = tmp_path / "s.sqlite"
+    proc = dlbricks(
+        "bench",
+        f"--models={files['stack']}",
+        "--budget=2",
+        "--probe_count=8",
+        f"--db={db}",
+        f"--out={tmp_path / 'out'}",
+        *FAST,
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert "predicted" in proc.stdout
+    stack = {
+        b.signature for b in dlbricks_tf.decompose(files["stack"], 1).bricks
+    }
+    assert len(stack) == LAYERS
+    with Store(db) as store:
+        stored = {r["signature"] for r in store.rows("brick")}
+    # Some of the stack's bricks at most, and the probes'.
+    assert len(stored & stack) < LAYERS
+    assert stored - stack
+
+
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["run", "--budget=0"], "--budget must be more than 0"),
+        (["run", "--budget=-5"], "--budget must be more than 0"),
+        (["run", "--budget=5", "--retime"], "--retime"),
+        (["bench", "--budget=5", "--probes"], "--probes"),
+        (["bench", "--budget=5", "--suite=x"], "--suite"),
+        (["bench", "--budget=5", "--num_shards=2"], "--num_shards"),
+        (["run", "--budget=5", "--backend=onnxruntime"], "TensorFlow only"),
+        (["measure", "--budget=5"], "measure does not use --budget"),
+        (["estimate", "--probe_count=3"], "does not use --probe_count"),
+    ],
+)
+def test_a_budget_it_cannot_take_is_refused_in_one_line(args, message):
+    proc = dlbricks(*args)
+    assert proc.returncode == 2, proc.stdout
+    assert len(proc.stderr.splitlines()) == 1, proc.stderr
+    assert message in proc.stderr
+
+
+if __name__ == "__main__":
+    raise SystemExit(pytest.main([__file__, "-q"]))
