@@ -29,7 +29,7 @@ one; what that removes from model m's range is about c_bm p_b u, with c_bm
 its count in m, p_b its predicted latency and u the predictor's relative
 half-width (from its cross-validation, `CrossValidation.interval`; one
 value for every brick, so it orders nothing but says how much is gained).
-The rule asked first, p_b x (sum_m c_bm) x u / cost_b, adds those
+The plain rule, p_b x (sum_m c_bm) x u / cost_b, adds those
 milliseconds over the models; the one here divides each model's part by
 its estimate E_m, and leaves out the models already within +-10%:
 
