@@ -241,14 +241,7 @@ def _time_suite(
 
     todo = store.missing(s.signatures, settings, fp)
     print(f"{label}: {part}; {len(todo)} to time", flush=True)
-    bar = progress.Progress(f"{label}: ")
-    done = iter(range(1, len(todo) + 1))
-    on_result = functools.partial(_bench_result, bar, done, len(todo))
-
-    def on_failure(signature: str, reason: str) -> None:
-        bar.log(f"{label}: brick {signature} failed: {reason}")
-        bar(signature, next(done), len(todo))
-
+    _, on_result, on_failure = _progress(label, len(todo))
     summary = bench_lib.time_suite(
         s,
         store,
@@ -296,16 +289,7 @@ def _time_budget(
         f"{budget_flags.BUDGET.value:g} s",
         flush=True,
     )
-    bar = progress.Progress(f"{label}: ")
-    done = iter(range(1, len(todo) + 1))
-
-    def on_result(signature, timing) -> None:
-        bar(signature, next(done), len(todo))
-
-    def on_failure(signature: str, reason: str) -> None:
-        bar.log(f"{label}: brick {signature} failed: {reason}")
-        bar(signature, next(done), len(todo))
-
+    bar, on_result, on_failure = _progress(label, len(todo))
     summary = budget.time_within_budget(
         s,
         store,
@@ -373,5 +357,17 @@ def _shard():
     return shard
 
 
-def _bench_result(bar, done, total, signature, timing) -> None:
-    bar(signature, next(done), total)
+def _progress(label: str, total: int):
+    """(bar, on_result, on_failure) of a campaign of `total` bricks: each
+    result or failure advances the bar; a failure is logged above it."""
+    bar = progress.Progress(f"{label}: ")
+    done = iter(range(1, total + 1))
+
+    def on_result(signature: str, timing) -> None:
+        bar(signature, next(done), total)
+
+    def on_failure(signature: str, reason: str) -> None:
+        bar.log(f"{label}: brick {signature} failed: {reason}")
+        bar(signature, next(done), total)
+
+    return bar, on_result, on_failure
