@@ -110,7 +110,7 @@ def call(op: Any, node: dict, inputs: Sequence[Any]) -> list[Any]:
     Returns:
         The call's outputs, flattened as `keras.tree.flatten` does.
     """
-    args, kwargs = _arguments(node, inputs)
+    args, kwargs = arguments(node, inputs)
     return keras.tree.flatten(op(*args, **kwargs))
 
 
@@ -121,7 +121,7 @@ def output_specs(op: Any, node: dict, inputs: Sequence[Any]) -> list[Any]:
     LayerNormalization, ...) answers without creating its weights, which is
     most of what a symbolic call costs; any other falls back to a call.
     """
-    args, kwargs = _arguments(node, inputs)
+    args, kwargs = arguments(node, inputs)
     if isinstance(op, keras.Layer) and getattr(op, "_convert_input_args", True):
         # `compute_output_spec` skips the autocast `__call__` does first
         # (a float32 Flatten after a mixed_float16 layer returns float32).
@@ -140,7 +140,7 @@ def output_specs(op: Any, node: dict, inputs: Sequence[Any]) -> list[Any]:
         return keras.tree.flatten(op(*args, **kwargs))
 
 
-def _arguments(node: dict, inputs: Sequence[Any]) -> tuple[Any, dict]:
+def arguments(node: dict, inputs: Sequence[Any]) -> tuple[Any, dict]:
     """The deserialized (args, kwargs) of `node`, tensors from `inputs`."""
     template = graph_lib.map_tensor_refs(node, _slot_tensor)
     args = serialization_lib.deserialize_keras_object(template.get("args", []))

@@ -63,6 +63,8 @@ def _functional(model: Any) -> Any:
 
 
 def _flat_layers(model: keras.Model) -> list[Any]:
+    if not hasattr(model, "_flatten_layers"):  # A `BrickProgram`.
+        return list(model.layers)
     return list(model._flatten_layers(include_self=False, recursive=True))
 
 

@@ -1,9 +1,10 @@
 """Chain timing: many bricks in one traced `tf.function`, timed per link.
 
-A chain is a list of bricks (built Keras models) run one after another in
-one traced function. One call of it is one pass over the chain: every brick
-once (or `repeats` times, spread), in order, with a `tf.timestamp()`
-between consecutive bricks. A brick reads the outputs of the brick before
+A chain is a list of bricks (built Keras models, or `BrickProgram`s on
+their model's own layers) run one after another in one traced function.
+One call of it is one pass over the chain: every brick once (or
+`repeats` times, spread), in order, with a `tf.timestamp()` between
+consecutive bricks. A brick reads the outputs of the brick before
 it where they fit (`chain_graph.feed_plan`), as a layer reads its
 predecessor's in a model, and fresh copies of synthetic inputs otherwise.
 Each brick starts after the stamp before it, and the stamp after it depends on
@@ -69,8 +70,8 @@ class ChainTimer:
     brick's per-call samples and summary, link cost subtracted.
 
     Args:
-        bricks: (key, built Keras model) pairs, in chain order; keys are
-            unique (brick signatures).
+        bricks: (key, built Keras model or `BrickProgram`) pairs, in chain
+            order; keys are unique (brick signatures).
         settings: Run settings in force in this process (thread pools and
             oneDNN checked as by `dlbricks_tf.measuring.timing.Timer`).
         empty_links: Links of one trivial op spread among the bricks, for

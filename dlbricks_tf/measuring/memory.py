@@ -88,18 +88,29 @@ def estimate(
             (int(x) for s, _ in input_specs for x in tuple(s)[1:]), default=1
         )
     largest = 0
-    for operation in model.operations:
-        for node in getattr(operation, "_inbound_nodes", ()):
-            for t in node.output_tensors:
-                shape = tuple(open_size if d is None else d for d in t.shape)
-                if shape:
-                    shape = (batch_size, *shape[1:])
-                largest = max(largest, _bytes(shape, t.dtype))
+    for t in _written(model):
+        shape = tuple(open_size if d is None else d for d in t.shape)
+        if shape:
+            shape = (batch_size, *shape[1:])
+        largest = max(largest, _bytes(shape, t.dtype))
     return Estimate(
         weights=weights * weight_copies,
         inputs=inputs * input_copies * _INPUT_COPIES_HELD,
         activations=largest * _ACTIVATIONS_HELD,
     )
+
+
+def _written(model) -> list:
+    """The tensors `model`'s calls write (shape, dtype): a Keras model's,
+    or a `BrickProgram`'s `tensors`."""
+    if not hasattr(model, "operations"):
+        return list(model.tensors)
+    return [
+        t
+        for operation in model.operations
+        for node in getattr(operation, "_inbound_nodes", ())
+        for t in node.output_tensors
+    ]
 
 
 def available_bytes() -> int | None:

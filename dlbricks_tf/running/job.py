@@ -180,6 +180,7 @@ def run_granularity(
     # TensorFlow only once a job runs: `import dlbricks_tf` stays light.
     import keras
 
+    from dlbricks_tf.cutting import program
     from dlbricks_tf.cutting.decompose import decompose
     from dlbricks_tf.measuring import brick_timing
 
@@ -291,9 +292,10 @@ def run_granularity(
                 )
             elif settings.protocol == "chain":
                 # The bricks call the model's own layers: no weights to
-                # create.
+                # create, and no keras.Model to build where a program will
+                # do (`dlbricks_tf.cutting.program`).
                 build = functools.partial(
-                    brick.build, settings.batch_size, source=model
+                    program.program, brick, settings.batch_size, model
                 )
             else:
                 build = functools.partial(brick.build, settings.batch_size)
