@@ -65,6 +65,8 @@ class ModelResult:
             be built or timed.
         range_flag: Why the range is wider than +-10% ("" if it is not,
             or if only the bricks' bounds are known).
+        predicted_share: The share of the estimate that predicted bricks
+            make (under a `budget_s`; 0 when every brick was timed).
     """
 
     model: str
@@ -76,6 +78,7 @@ class ModelResult:
     normalized: float | None
     failed_bricks: dict[str, str] = dataclasses.field(default_factory=dict)
     range_flag: str = ""
+    predicted_share: float = 0.0
 
     @property
     def within(self) -> bool:
@@ -124,6 +127,9 @@ def run(
     settings: settings_lib.RunSettings | None = None,
     fuse: bool = False,
     onnx_folder: str | os.PathLike | None = None,
+    reference: bool = True,
+    budget_s: float | None = None,
+    probe_count: int | None = None,
 ) -> list[ModelResult]:
     """Times the models' unique bricks and the models; estimates each.
 
@@ -135,6 +141,14 @@ def run(
         fuse: Keep fusion units whole (see `dlbricks_tf.decompose`).
         onnx_folder: Where ONNX files are kept on ONNX Runtime (default:
             an `onnx` folder beside `db`).
+        reference: Scale every batch of samples to the machine's
+            reference state, as `dlbricks run` does by default
+            (`dlbricks_tf.measuring.reference`); False: raw times.
+        budget_s: Time the bricks within this many seconds, the probes
+            first and the others predicted, as `dlbricks run --budget`
+            (`dlbricks_tf.running.budget`; TF only); None: every brick.
+        probe_count: Under a budget, the probes timed first if the store
+            lacks them (default: all of them, about 30 s; `--probe_count`).
 
     Returns:
         One `ModelResult` per model and G, in order.
@@ -159,6 +173,9 @@ def run(
             brick_options,
             fuse=fuse,
             onnx_folder=folder,
+            reference=reference,
+            budget_s=budget_s,
+            probe_count=probe_count,
         )
     return [_result(row) for row in report["runs"]]
 
@@ -169,20 +186,33 @@ def measure(
     db: str | os.PathLike,
     settings: settings_lib.RunSettings | None = None,
     onnx_folder: str | os.PathLike | None = None,
+    reference: bool = True,
 ) -> dict[str, Timing]:
-    """Times whole models into the store; returns {model: timing}."""
+    """Times whole models into the store; returns {model: timing}.
+
+    `reference` as in `run`: on by default, as for `dlbricks measure`.
+    """
 
     chosen = settings or configure()
     options, _ = _options(chosen)
     folder = onnx_folder or _onnx_folder(db)
+    fingerprint = system_fingerprint()
     with Store(db) as store:
+        scale = None
+        if reference:
+            from dlbricks_tf.measuring import reference as reference_lib
+
+            scale = reference_lib.ReferenceScale.for_store(
+                reference_lib.Reference(), store, chosen, fingerprint
+            )
         return steps.measure_models(
             _sources(models),
             chosen,
-            system_fingerprint(),
+            fingerprint,
             store,
             options,
             onnx_folder=folder,
+            scale=scale,
         )
 
 
@@ -255,4 +285,5 @@ def _result(
         normalized=row["normalized"],
         failed_bricks=dict(row.get("failed_bricks") or {}),
         range_flag=row.get("range_flag") or "",
+        predicted_share=row.get("predicted_share") or 0.0,
     )

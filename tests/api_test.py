@@ -8,6 +8,8 @@ import math
 import pytest
 
 import dlbricks_tf
+from dlbricks_tf.machine.fingerprint import system_fingerprint
+from dlbricks_tf.storing.store import Store
 from tests import models
 
 # At import, before any test runs TensorFlow: every test module that
@@ -57,6 +59,10 @@ def test_the_readme_example_times_measures_and_estimates(files, tmp_path):
         assert row.estimated_ms == pytest.approx(
             by_model[row.model].estimated_ms
         )
+    # The reference is on by default, as for the command line: the store
+    # holds this machine's reference state.
+    with Store(db) as store:
+        assert store.reference_state(settings, system_fingerprint()) > 0
     measured = dlbricks_tf.measure(files[:1], db=db, settings=settings)
     assert set(measured) == {"chain"}
     assert isinstance(measured["chain"], dlbricks_tf.Timing)

@@ -10,6 +10,8 @@ with predicted bricks, are checked on planted numbers.
 import collections
 import json
 import math
+import subprocess
+import sys
 
 import keras
 import pytest
@@ -148,6 +150,33 @@ def test_run_within_a_budget_stops_and_predicts_the_rest(files, tmp_path):
         assert 0 <= low <= row["estimated_ms"] <= high
     assert "budget s (spent)" in proc.stdout
     assert "% predicted" in proc.stdout
+
+
+def test_the_python_api_runs_within_a_budget(files, tmp_path):
+    # Its own process: the pools of a test process are fixed once.
+    code = f"""
+import dlbricks_tf
+settings = dlbricks_tf.configure(intra_op_threads=1, inter_op_threads=1)
+results = dlbricks_tf.run(
+    [{str(files["stack"])!r}, {str(files["chain"])!r}],
+    db={str(tmp_path / "s.sqlite")!r}, settings=settings,
+    budget_s=3, probe_count=8)
+for r in results:
+    print(r.model, r.predicted_share, r.low_ms, r.estimated_ms, r.high_ms)
+"""
+    proc = subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert proc.returncode == 0, proc.stderr
+    lines = [line.split() for line in proc.stdout.splitlines()]
+    shares = {row[0]: float(row[1]) for row in lines}
+    assert set(shares) == {"stack", "chain"}
+    assert shares["stack"] > 0 and all(0 <= v <= 1 for v in shares.values())
+    for _, _, low, est, high in lines:
+        assert 0 <= float(low) <= float(est) <= float(high)
 
 
 def test_bench_within_a_budget_stores_some_bricks(files, tmp_path):
