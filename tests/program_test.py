@@ -1,5 +1,5 @@
-"""Tests of dlbricks_tf/cutting/program.py: a brick run on its source's
-layers without a keras.Model computes and traces what the built brick does."""
+"""Tests of dlbricks_tf/cutting/program.py: a brick run on its layers
+without a keras.Model computes and traces what the built brick does."""
 
 import collections
 
@@ -39,7 +39,7 @@ def test_a_program_computes_what_the_built_brick_computes(make, granularity):
         runnable = program.program(brick, 2, model)
         built = brick.build(2, source=model)
         if not isinstance(runnable, program.BrickProgram):
-            continue
+            continue  # Integer inputs.
         made += 1
         assert synthetic.input_specs(runnable, 2) == synthetic.input_specs(
             built, 2
@@ -82,20 +82,42 @@ def test_a_chain_of_programs_traces_the_ops_of_a_chain_of_built_bricks(make):
     assert all(timer.samples(i) for i in range(len(programs)))
 
 
-def test_a_brick_the_source_cannot_run_is_built():
+@pytest.mark.parametrize("make", [models.chain, models.residual])
+def test_a_program_of_fresh_layers_traces_what_a_built_brick_does(make):
+    # No source (a suite's or a budget's bricks): fresh layers, built by a
+    # symbolic call, as `Brick.build` builds them.
+    model = make()[0]
+    bricks = _unique(model, 2)
+    programs = [(b.signature, program.program(b, 1)) for b in bricks]
+    assert all(isinstance(p, program.BrickProgram) for _, p in programs)
+    built = [(b.signature, b.build(1)) for b in bricks]
+    assert _op_types(programs) == _op_types(built)
+    source_ids = {id(v) for v in model.weights}
+    for (_, p), (_, m) in zip(programs, built, strict=True):
+        assert not any(id(v) in source_ids for v in p.weights)
+        assert [w.shape for w in p.weights] == [w.shape for w in m.weights]
+        assert [o.shape for o in p.outputs] == [
+            tuple(y.shape) for y in keras.tree.flatten(m.outputs)
+        ]
+
+
+def test_a_call_the_source_cannot_run_gets_a_fresh_layer():
     x = keras.Input((8,))
     model = keras.Model(x, layers.ReLU()(layers.Dense(4, name="d")(x)))
     first, last = dlbricks_tf.decompose(model).bricks
-    assert isinstance(program.program(first, 1, model), program.BrickProgram)
-    # A model's own output has no recorded spec (nothing reads it).
-    assert isinstance(program.program(last, 1, model), keras.Model)
+    runnable = program.program(first, 1, model)
+    assert runnable.layers == [model.get_layer("d")]
+    # A model's own output has no recorded spec (nothing reads it): the
+    # symbolic call gives it.
+    assert program.program(last, 1, model).outputs[0].shape == (1, 4)
     # Another config under the same name (a model built twice in one
-    # process numbers its layers differently): a fresh keras.Model.
+    # process numbers its layers differently): a fresh layer.
     other = keras.Model(x, layers.Dense(5, name="d")(x))
     runnable = program.program(first, 1, other)
-    assert isinstance(runnable, keras.Model)
+    assert runnable.layers[0] is not other.get_layer("d")
     assert runnable.outputs[0].shape == (1, 4)
-    # Integer inputs (ids with bounds) go through a built brick too.
+    assert runnable(np.zeros((1, 8), "float32")).shape == (1, 4)
+    # Integer inputs (ids with bounds) go through a built brick.
     ids = keras.Input((6,), dtype="int32")
     embed = keras.Model(ids, layers.Embedding(50, 4, name="e")(ids))
     brick = dlbricks_tf.decompose(embed).bricks[0]

@@ -28,7 +28,7 @@ def source_layer(model: keras.Model, qualified: str) -> keras.Layer:
     return layer
 
 
-def _live_layer(source: keras.Model, call: Call) -> Any | None:
+def live_layer(source: keras.Model, call: Call) -> Any | None:
     """`source`'s own layer for `call`, or None if it has none like it.
 
     The layer must have the call's class and config: a model built twice
@@ -143,7 +143,7 @@ class Brick:
         for c in self.calls:
             op = layers.get(c.name)
             if op is None and source is not None:
-                op = _live_layer(source, c)
+                op = live_layer(source, c)
             if op is None:
                 name = f"layer_{len(layers)}" if anonymous else None
                 op = self.factory.create(c, name=name or layer_name(c.name))

@@ -1,22 +1,24 @@
-"""A brick as a program over its model's own layers, not a `keras.Model`.
+"""A brick as a program over its layers, not a `keras.Model`.
 
 `Brick.build` makes a `keras.Model`: input layers, a symbolic replay of
 every call and a Functional graph, 7-8 ms a brick at G=1, a fifth of a
 chain campaign's setup, and none of it runs when the chain is timed. A
 chain needs less of a brick: the shapes and dtypes of its inputs and
 outputs, and a function that calls its layers on tensors inside the
-chain's trace. `BrickProgram` is that: it calls the source model's layers
-(weights and all) in the brick's order, with the recorded arguments, as a
-Functional model's `call` does (`training=False` where a layer takes
-it), so the traced ops are those of the built brick.
+chain's trace. `BrickProgram` is that: it calls the brick's layers (the
+source model's own, weights and all, where it has them) in the brick's
+order, with the recorded arguments, as a Functional model's `call` does
+(`training=False` where a layer takes it), so the traced ops are those of
+the built brick.
 
 It has what the chain, the synthetic inputs and the memory check read of a
 model: `name`, `inputs` and `outputs` (specs with the batch dimension),
-`weights`, and `__call__`. `program` makes one where it can and falls back
-to `Brick.build` otherwise: a call whose layer the source does not have
-(a raw `keras.ops` call, a layer of another config), a tensor whose spec
-was not recorded, or an integer input (ids with bounds, which the
-synthetic inputs read from a Functional graph).
+`weights`, and `__call__`. A call whose layer the source does not have (no
+source, a raw `keras.ops` call, a layer of another config) gets a fresh
+layer from its config, built by one symbolic call on a bare
+`keras.KerasTensor`. A brick with an integer input (ids with bounds, which
+the synthetic inputs read from a Functional graph) is built as a
+`keras.Model`.
 
 Example:
     runnable = program(brick, 1, model)  # A BrickProgram or a keras.Model.
@@ -30,7 +32,7 @@ from typing import Any
 import keras
 
 from dlbricks_tf.cutting import replay
-from dlbricks_tf.cutting.brick import Brick, _live_layer
+from dlbricks_tf.cutting.brick import Brick, layer_name, live_layer
 
 
 @dataclasses.dataclass(frozen=True)
@@ -43,16 +45,22 @@ class Spec:
 
 
 class BrickProgram:
-    """Calls a brick's layers, taken from its source model, on tensors.
+    """Calls a brick's layers on tensors, as its built `keras.Model` would.
 
     Args:
         brick: The brick.
-        layers: {qualified name: the source's layer} for every call.
+        layers: {qualified name: layer} for every call, built.
         batch_size: The batch dimension of its inputs and outputs.
+        outputs: Its outputs' specs (batch first), where `brick.outputs`
+            lacks one.
     """
 
     def __init__(
-        self, brick: Brick, layers: dict[str, Any], batch_size: int
+        self,
+        brick: Brick,
+        layers: dict[str, Any],
+        batch_size: int,
+        outputs: list[Spec] | None = None,
     ) -> None:
         self.brick = brick
         self.name = f"brick_{brick.signature}"
@@ -61,7 +69,7 @@ class BrickProgram:
             Spec((batch_size, *s.shape), s.dtype, f"input_{i}")
             for i, s in enumerate(brick.inputs)
         ]
-        self.outputs = [
+        self.outputs = outputs or [
             Spec((batch_size, *s.shape), s.dtype) for s in brick.outputs
         ]
         inner = [
@@ -87,8 +95,8 @@ class BrickProgram:
     def weights(self) -> list[Any]:
         """The weights of its layers, each once."""
         seen = {}
-        for layer in self.layers:
-            for w in layer.weights:
+        for layer in self.layers:  # A raw `keras.ops` call has none.
+            for w in getattr(layer, "weights", ()):
                 seen.setdefault(id(w), w)
         return list(seen.values())
 
@@ -112,21 +120,47 @@ class BrickProgram:
 
 
 def program(
-    brick: Brick, batch_size: int, source: keras.Model
+    brick: Brick, batch_size: int, source: keras.Model | None = None
 ) -> BrickProgram | keras.Model:
-    """A `BrickProgram` on `source`'s layers where one can be made, else
-    `brick.build(batch_size, source=source)`."""
-    layers: dict[str, Any] = {}
-    runnable = all(s is not None for s in brick.outputs) and all(
-        keras.backend.is_float_dtype(s.dtype) for s in brick.inputs
-    )
-    for c in brick.calls if runnable else ():
-        if c.name not in layers:
-            layer = _live_layer(source, c)
-            if layer is None or not layer.built:
-                runnable = False
-                break
-            layers[c.name] = layer
-    if not runnable:
+    """A `BrickProgram` of `brick`, or its built `keras.Model` where a
+    program cannot be made (integer inputs).
+
+    Args:
+        brick: The brick.
+        batch_size: The batch dimension of its inputs.
+        source: The model in memory it was cut from: its own layers,
+            weights and all, are called wherever one has the call's class
+            and config (see `Brick.build`); the other calls get fresh
+            layers from their configs, built as `Brick.build` builds them
+            (one symbolic call each, here on bare `keras.KerasTensor`s:
+            no input layers, no Functional graph).
+    """
+    if not all(keras.backend.is_float_dtype(s.dtype) for s in brick.inputs):
         return brick.build(batch_size, source=source)
-    return BrickProgram(brick, layers, batch_size)
+    layers: dict[str, Any] = {}
+    symbolic = any(s is None for s in brick.outputs)
+    for c in brick.calls:
+        if c.name in layers:
+            continue
+        layer = live_layer(source, c) if source is not None else None
+        if layer is None or not layer.built:
+            layer = brick.factory.create(c, name=layer_name(c.name))
+            symbolic = True
+        layers[c.name] = layer
+    outputs = None
+    if symbolic:  # Builds the fresh layers; gives every output's spec.
+        tensors = {
+            t: keras.KerasTensor((batch_size, *s.shape), s.dtype)
+            for t, s in zip(brick.input_ids, brick.inputs, strict=True)
+        }
+        for c in brick.calls:
+            outs = replay.call(
+                layers[c.name], c.node, [tensors[t] for t in c.inputs]
+            )
+            for slot, t in zip(c.output_slots, c.outputs, strict=True):
+                tensors[t] = outs[slot]
+        outputs = [
+            Spec(tuple(tensors[t].shape), tensors[t].dtype)
+            for t in brick.output_ids
+        ]
+    return BrickProgram(brick, layers, batch_size, outputs)

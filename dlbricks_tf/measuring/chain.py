@@ -1,7 +1,7 @@
 """Chain timing: many bricks in one traced `tf.function`, timed per link.
 
-A chain is a list of bricks (built Keras models, or `BrickProgram`s on
-their model's own layers) run one after another in one traced function.
+A chain is a list of bricks (built Keras models, or `BrickProgram`s of
+`dlbricks_tf.cutting.program`) run one after another in one traced function.
 One call of it is one pass over the chain: every brick once (or
 `repeats` times, spread), in order, with a `tf.timestamp()` between
 consecutive bricks. A brick reads the outputs of the brick before

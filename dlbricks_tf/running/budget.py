@@ -340,9 +340,7 @@ def time_within_budget(
     options = options or sampling.TimingOptions()
     log = log or (lambda line: None)
     if build is None:
-
-        def build(entry: Any) -> Any:
-            return entry.brick.build(settings.batch_size)
+        build = functools.partial(bench.build_brick, settings)
 
     probes_s, _ = time_probes(
         store,
