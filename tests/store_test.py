@@ -519,17 +519,45 @@ def test_merge_carries_reference_states_keeping_the_first(tmp_path):
     other = dataclasses.replace(SETTINGS, batch_size=SETTINGS.batch_size + 1)
     with store_lib.Store(tmp_path / "a.sqlite") as a:
         a.put("x", SETTINGS, FP, _timing(1.0))
+        a.put("x", other, FP, _timing(1.0))
+        a.put_model("m", SETTINGS, FP, _timing(4.0))
         a.put_reference_state(SETTINGS, FP, 1.5)
         a.put_reference_state(other, FP, 2.5)
     with store_lib.Store(tmp_path / "b.sqlite") as b:
         b.put_reference_state(SETTINGS, FP, 3.0)  # Calibrated first here.
-        assert b.merge_from(tmp_path / "a.sqlite") == 1
-        # Every timing of b is scaled to its own state: it stays.
+        assert b.merge_from(tmp_path / "a.sqlite") == 3
+        # Every timing of b is scaled to its own state: it stays, and a's
+        # timings, in ms at a's state (1.5), are twice as many ms at b's.
         assert b.reference_state(SETTINGS, FP) == 3.0
         assert b.reference_state(other, FP) == 2.5
+        assert b.get("x", SETTINGS, FP) == _scaled(_timing(1.0), 2.0)
+        assert b.get_model("m", SETTINGS, FP) == _scaled(_timing(4.0), 2.0)
+        # b had no state of `other`: a's comes with its timings as they are.
+        assert b.get("x", other, FP) == _timing(1.0)
     with store_lib.Store(tmp_path / "c.sqlite") as c:
-        assert c.merge_from(tmp_path / "a.sqlite") == 1
+        assert c.merge_from(tmp_path / "a.sqlite") == 3
         assert c.reference_state(SETTINGS, FP) == 1.5
+        assert c.get("x", SETTINGS, FP) == _timing(1.0)
+
+
+def _scaled(t, factor):
+    return dataclasses.replace(
+        t,
+        **{
+            name: getattr(t, name) * factor
+            for name in (
+                "min_ms",
+                "median_ms",
+                "trimmed_mean_ms",
+                "max_ms",
+                "ci_low_ms",
+                "ci_high_ms",
+                "mean_ms",
+                "mean_half_ms",
+            )
+            if getattr(t, name) is not None
+        },
+    )
 
 
 # Rows another program could have written to a store; each is refused.

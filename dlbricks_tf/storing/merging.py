@@ -84,6 +84,13 @@ def merge(into: Database, other: str | Path) -> int:
     first state of a machine and settings stays, as `put_reference_state`
     keeps it).
 
+    A timing scaled to the reference (`dlbricks_tf.measuring.reference`)
+    is in milliseconds at its store's reference state. Where both files
+    hold a state for a machine and settings (shards that each calibrated
+    one, minutes or days apart), the other file's timings of them are
+    converted to this file's state (`rescaled`), so that one store holds
+    one scale.
+
     Returns:
         The number of results added (failures, reference states and
         descriptions not counted).
@@ -116,6 +123,13 @@ def merge(into: Database, other: str | Path) -> int:
         )
         described = source._read(f"SELECT signature, json FROM {_DESCRIPTIONS}")
     check(str(other), keys, results, failed, references, described)
+    ours = into._read(
+        f"SELECT settings_key, fingerprint_id, state_ms FROM {_REFERENCES}"
+    )
+    results = {
+        table: rescaled(rows, references, ours)
+        for table, rows in results.items()
+    }
 
     def copy(db: sqlite3.Connection) -> int:
         before = _count(db)
@@ -149,6 +163,55 @@ def merge(into: Database, other: str | Path) -> int:
         return _count(db) - before
 
     return into._write(copy)
+
+
+# The columns of a timing that are milliseconds of its samples (scaled by
+# the reference when it was timed); dispatch and loop overheads are not.
+_SCALED = (
+    "min_ms",
+    "median_ms",
+    "trimmed_mean_ms",
+    "max_ms",
+    "ci_low_ms",
+    "ci_high_ms",
+    "mean_ms",
+    "mean_half_ms",
+)
+
+
+def rescaled(
+    rows: Sequence[tuple],
+    theirs: Sequence[tuple],
+    ours: Sequence[tuple],
+) -> list[tuple]:
+    """Result rows (key, settings_key, fingerprint_id, *_STATS, created)
+    converted from their store's reference states to ours.
+
+    `theirs` and `ours` are (settings_key, fingerprint_id, state_ms, ...)
+    rows. A timing at their state s_theirs is `ours / theirs` times as
+    many milliseconds at our state; rows of a machine and settings that
+    either store has no state for are left as they are.
+    """
+    mine = {(r[0], r[1]): r[2] for r in ours}
+    factors = {
+        (r[0], r[1]): mine[r[0], r[1]] / r[2]
+        for r in theirs
+        if (r[0], r[1]) in mine and mine[r[0], r[1]] != r[2]
+    }
+    if not factors:
+        return list(rows)
+    at = [3 + _STATS.index(name) for name in _SCALED]
+    out = []
+    for row in rows:
+        factor = factors.get((row[1], row[2]))
+        if factor is not None:
+            row = list(row)
+            for i in at:
+                if row[i] is not None:
+                    row[i] *= factor
+            row = tuple(row)
+        out.append(row)
+    return out
 
 
 _AGAIN = (
