@@ -1,9 +1,9 @@
 r"""Where a brick campaign's setup goes, per unique brick.
 
 The setup of a campaign is what no sampling cap shortens: building each
-brick (a `BrickProgram` on its model's own layers, as `run` does, or a
-`keras.Model` of fresh layers from its configs with --nolive_layers), its
-synthetic inputs, the memory check, tracing its chain
+brick (a `BrickProgram` on its model's own layers, as `run` does, or on
+fresh layers from its configs with --nolive_layers, as `bench --models`
+does), its synthetic inputs, the memory check, tracing its chain
 (`dlbricks_tf.measuring.chain`), and the chain's first call (grappler,
 instantiation, oneDNN primitives) and warm-up call.
 This script runs `dlbricks_tf.measuring.campaign.time_chains` on the unique
@@ -37,7 +37,7 @@ _LIVE = flags.DEFINE_bool(
     "live_layers",
     True,
     "Build bricks on their model's own layers, as `run` does (False: "
-    "fresh layers from the configs, as a suite or `bench` does).",
+    "fresh layers from the configs, as `bench --models` does).",
 )
 
 
@@ -73,7 +73,7 @@ def main(argv: list[str]) -> None:
     )
     process_lib.configure_threads(intra, 1)
 
-    from dlbricks_tf.cutting import brick, program, synthetic
+    from dlbricks_tf.cutting import program, synthetic
     from dlbricks_tf.cutting.decompose import decompose
     from dlbricks_tf.measuring import campaign, chain, memory
     from dlbricks_tf.measuring.timing import TimingOptions
@@ -103,20 +103,16 @@ def main(argv: list[str]) -> None:
     with contextlib.ExitStack() as stack:
         for owner, name, part in [
             # `program` builds a keras.Model itself where it must.
-            (program, "program", "build")
-            if _LIVE.value
-            else (brick.Brick, "build", "build"),
+            (program, "program", "build"),
             (memory, "check", "memory check"),
             (synthetic, "synthetic_inputs", "synthetic inputs"),
         ]:
             stack.enter_context(_timed(owner, name, seconds, part))
         chained = [  # After the patches: each build is timed. As `run`
-            # does: a program on the model's own layers where it can be.
+            # and `bench --models` do: a program, on the model's own layers
+            # or on fresh ones.
             campaign.ChainedBrick(
-                key,
-                functools.partial(program.program, b, 1, sources[key])
-                if sources[key] is not None
-                else functools.partial(b.build, 1),
+                key, functools.partial(program.program, b, 1, sources[key])
             )
             for key, b in bricks.items()
         ]
