@@ -33,6 +33,12 @@ from dlbricks_tf.cli import model_flags, settings_flags
 for _name in ("models", "granularity", "intra_op_threads"):
     flags.declare_key_flag(_name)
 
+_BARE = flags.DEFINE_bool(
+    "bare",
+    False,
+    "Trace and first-call the bricks without the chain's link harness "
+    "(no stamps, slices or feeding): the floor of their setup.",
+)
 _LIVE = flags.DEFINE_bool(
     "live_layers",
     True,
@@ -61,6 +67,64 @@ def _timed(owner, name: str, seconds: collections.Counter, part: str):
         setattr(owner, name, original)
 
 
+def _bare(bricks, sources, program, synthetic, g, intra) -> None:
+    """Traces and first-calls the bricks without the chain's harness.
+
+    The bricks go as a chain would hold them (at most `chain_links` a
+    function), each on placeholders of its own,
+    with no stamp, slice or fed input between them; each output is summed
+    into the result so that nothing is pruned. What is left is the cost
+    of the bricks' own ops: the floor of tracing them in Python.
+    """
+    import tensorflow as tf
+
+    from dlbricks_tf.measuring.sampling import TimingOptions
+
+    built = [
+        (key, program.program(b, 1, sources[key])) for key, b in bricks.items()
+    ]
+    links = TimingOptions().chain_links
+    seconds: collections.Counter = collections.Counter()
+    for first in range(0, len(built), links):
+        group = [m for _, m in built[first : first + links]]
+        specs = [synthetic.input_specs(m, 1) for m in group]
+        signature = [
+            tf.TensorSpec(shape, dtype) for sp in specs for shape, dtype in sp
+        ]
+
+        def run(inputs, group=group, specs=specs):
+            flat = iter(inputs)
+            sums = []
+            for model, sp in zip(group, specs, strict=True):
+                x = [next(flat) for _ in sp]
+                y = model(x[0] if len(x) == 1 else x, training=False)
+                sums += [
+                    tf.reduce_sum(tf.cast(v, tf.float32))
+                    for v in tf.nest.flatten(y)
+                ]
+            return tf.add_n(sums)
+
+        function = tf.function(
+            run, input_signature=[signature], autograph=False
+        )
+        start = time.perf_counter()
+        concrete = function.get_concrete_function()
+        seconds["trace"] += time.perf_counter() - start
+        values = [tf.zeros(t.shape, t.dtype) for t in signature]
+        start = time.perf_counter()
+        concrete(values)
+        seconds["first call"] += time.perf_counter() - start
+    n = len(built)
+    print(
+        f"{n} unique bricks of {', '.join(model_flags.MODELS.value)} at "
+        f"G={g}, {intra} intra-op thread(s), traced bare (no link harness)\n"
+    )
+    print("| part | ms per unique brick |")
+    print("|---|---:|")
+    for part in ("trace", "first call"):
+        print(f"| {part} | {1e3 * seconds[part] / n:.1f} |")
+
+
 def main(argv: list[str]) -> None:
     del argv
     g = model_flags.one_granularity()
@@ -86,6 +150,9 @@ def main(argv: list[str]) -> None:
             bricks.setdefault(b.signature, b)
             sources.setdefault(b.signature, model if _LIVE.value else None)
         del model
+    if _BARE.value:
+        _bare(bricks, sources, program, synthetic, g, intra)
+        return
     seconds: collections.Counter = collections.Counter()
     original_prepare = chain.ChainTimer._prepare
 
