@@ -250,7 +250,14 @@ def main(argv: list[str]) -> None:
     folder.mkdir(parents=True, exist_ok=True)
     granularity = model_flags.one_granularity()
     names = model_flags.MODELS.value or list(job.DEFAULT_MODELS)
-    rows = [_model_row(n, granularity, settings, folder) for n in names]
+    from dlbricks_tf import errors
+
+    rows = []
+    for name in names:
+        try:
+            rows.append(_model_row(name, granularity, settings, folder))
+        except errors.Error as e:  # Listed, and the others still count.
+            print(f"skipped {name}: {str(e).splitlines()[0]}")
     (out / "ort_layout.json").write_text(json.dumps(rows, indent=1))
     _print(rows)
     print(f"\nRows: {out / 'ort_layout.json'}")
