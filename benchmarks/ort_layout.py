@@ -47,7 +47,9 @@ _PROFILE = flags.DEFINE_bool(
 _PROFILE_RUNS = flags.DEFINE_integer(
     "profile_runs", 20, "Profiled runs per file.", lower_bound=1
 )
-_TOP = flags.DEFINE_integer("top", 12, "Op types printed.", lower_bound=1)
+_TOP = flags.DEFINE_integer(
+    "profile_top", 12, "Op types printed with --profile.", lower_bound=1
+)
 
 # Nodes counted after ONNX Runtime's optimisation: what a layout moves.
 _KINDS = ("Transpose", "ReorderInput", "ReorderOutput")
