@@ -97,5 +97,111 @@ def test_outputs_that_differ_from_keras_are_refused(tmp_path):
         onnx_convert.check_outputs(_gelu_model(seed=1), path, info)
 
 
+def _conv_block() -> keras.Model:
+    """Conv, BN, ReLU, max pooling: channels-first ops at both edges."""
+    keras.utils.set_random_seed(0)
+    inp = keras.Input((12, 12, 3))
+    x = keras.layers.Conv2D(8, 3, padding="same")(inp)
+    x = keras.layers.ReLU()(keras.layers.BatchNormalization()(x))
+    return keras.Model(inp, keras.layers.MaxPooling2D()(x))
+
+
+def _transposes(path) -> int:
+    import onnx
+
+    return onnx_convert.count_ops(onnx.load(str(path)), "Transpose")
+
+
+def _run_as_keras(path, info, xs):
+    """Runs a file on Keras-layout arrays; outputs in Keras's layout."""
+    fed = [
+        x.transpose(0, 3, 1, 2) if i in info.nchw_inputs else x
+        for i, x in enumerate(xs)
+    ]
+    got = _session(path).run(
+        None, dict(zip(info.input_names, fed, strict=True))
+    )
+    return [
+        g.transpose(0, 2, 3, 1) if i in info.nchw_outputs else g
+        for i, g in enumerate(got)
+    ]
+
+
+@pytest.mark.parametrize("boundary", onnx_convert.BOUNDARIES)
+def test_every_brick_computes_its_keras_outputs_in_each_layout(
+    tmp_path, boundary
+):
+    # G=1 bricks of convolutions, an Add and a Concatenate of two inputs,
+    # a max pooling: single and multi-input bricks, conv-like or not.
+    model, _ = models.residual()
+    d = dlbricks_tf.decompose(model, granularity=1)
+    rng = np.random.default_rng(0)
+    nchw = 0
+    for i, b in enumerate(d.bricks):
+        brick = b.build(batch_size=None)
+        path = tmp_path / f"b{i}.onnx"
+        info = onnx_convert.to_onnx(brick, path, boundary=boundary)
+        nchw += len(info.nchw_inputs) + len(info.nchw_outputs)
+        xs = [
+            rng.standard_normal((2, *t.shape[1:])).astype("float32")
+            for t in brick.inputs
+        ]
+        packed = xs[0] if len(xs) == 1 else xs
+        expected = keras.tree.flatten(brick(packed, training=False))
+        got = _run_as_keras(path, info, xs)
+        for g, e in zip(got, expected, strict=True):
+            np.testing.assert_allclose(g, np.asarray(e), rtol=1e-4, atol=1e-5)
+    if boundary == onnx_convert.KERAS_LAYOUT:
+        assert nchw == 0
+    else:
+        assert nchw > 0  # The convolutions' bricks changed layout.
+
+
+def test_conv_brick_as_nchw_has_no_edge_transposes(tmp_path):
+    model = _conv_block()
+    nhwc = onnx_convert.to_onnx(model, tmp_path / "nhwc.onnx")
+    nchw = onnx_convert.to_onnx(
+        model, tmp_path / "nchw.onnx", boundary=onnx_convert.CONV_NCHW
+    )
+    assert (nhwc.nchw_inputs, nhwc.nchw_outputs) == ((), ())
+    assert (nchw.nchw_inputs, nchw.nchw_outputs) == ((0,), (0,))
+    assert _transposes(tmp_path / "nhwc.onnx") == 2
+    assert _transposes(tmp_path / "nchw.onnx") == 0
+    session = _session(tmp_path / "nchw.onnx")
+    assert [i.shape[1:] for i in session.get_inputs()] == [[3, 12, 12]]
+    assert [o.shape[1:] for o in session.get_outputs()] == [[8, 6, 6]]
+
+
+def test_channels_last_ops_keep_their_layout(tmp_path):
+    # A LayerNormalization over the channels reads them last: a Transpose
+    # would be added at its input, not removed.
+    inp = keras.Input((6, 6, 4))
+    model = keras.Model(inp, keras.layers.LayerNormalization()(inp))
+    path = tmp_path / "ln.onnx"
+    info = onnx_convert.to_onnx(model, path, boundary=onnx_convert.CONV_NCHW)
+    assert (info.nchw_inputs, info.nchw_outputs) == ((), ())
+    assert _transposes(path) == 0
+
+
+def test_nchw_file_is_checked_in_its_layout(tmp_path):
+    path = tmp_path / "c.onnx"
+    model = _conv_block()
+    info = onnx_convert.to_onnx(model, path, boundary=onnx_convert.CONV_NCHW)
+    onnx_convert.check_outputs(model, path, info)
+    # Read as if it were channels-last, its output is compared wrongly.
+    keras_layout = onnx_convert.OnnxInfo(
+        info.input_names, info.output_names, info.opset
+    )
+    with pytest.raises(onnx_convert.ConversionError):
+        onnx_convert.check_outputs(model, path, keras_layout)
+
+
+def test_unknown_boundary_is_refused(tmp_path):
+    with pytest.raises(ValueError, match="boundary"):
+        onnx_convert.to_onnx(
+            _conv_block(), tmp_path / "m.onnx", boundary="nchw"
+        )
+
+
 if __name__ == "__main__":
     raise SystemExit(pytest.main([__file__, "-q"]))

@@ -405,7 +405,13 @@ def brick_onnx_file(
     batch_size: int,
 ) -> OnnxFile:
     """A brick's ONNX file, kept by signature for every later run and shard."""
-    return onnx_files.onnx_file(build, folder, f"brick-{signature}", batch_size)
+    return onnx_files.onnx_file(
+        build,
+        folder,
+        f"brick-{signature}",
+        batch_size,
+        boundary=onnx_files.BRICK_BOUNDARY,
+    )
 
 
 def model_onnx_file(

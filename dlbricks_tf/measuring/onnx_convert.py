@@ -22,6 +22,19 @@ mechanism tf2onnx offers for this, writes it as `1 - Erf(x)` instead; in
 GELU, `0.5 * x * erfc(-x / sqrt(2))`, that differs from erfc by at most
 float32's rounding of 1 (about 6e-8), so the activation keeps its numerics.
 
+Boundary layout. tf2onnx writes a channels-last Keras convolution (or
+pooling) as Transpose(NHWC->NCHW), Conv, Transpose(NCHW->NHWC), then
+pushes the Transposes through the ops they can cross. In a whole model
+ONNX Runtime cancels the pairs between layers, so its activations stay
+channels-first from its first convolution to its last; a lone brick keeps
+one at each edge, which the model never pays. With
+`boundary=CONV_NCHW` a brick takes and returns channels-first the rank-4
+float tensors at whose edge tf2onnx left such a Transpose (its
+`inputs_as_nchw` and `outputs_as_nchw`), as the whole model holds them,
+and those Transposes are gone; a tensor next to a channels-last op (a
+LayerNormalization, a Dense on an image, a Flatten) keeps its layout, as
+does the whole file if the change removes no Transpose.
+
 Example:
     info = to_onnx(brick.build(None), "brick.onnx")
     session = onnxruntime.InferenceSession("brick.onnx")
@@ -46,6 +59,13 @@ from dlbricks_tf.cutting import synthetic
 from dlbricks_tf.measuring.timing_loop import pack_inputs
 
 MAX_OPSET = 18
+# Boundary layouts of a converted file (see the module docstring).
+KERAS_LAYOUT = "keras"  # Every input and output as the Keras model's.
+CONV_NCHW = "conv_nchw"  # Channels-first where a convolution-like op is.
+BOUNDARIES = (KERAS_LAYOUT, CONV_NCHW)
+# Transpose permutations tf2onnx writes around a channels-first op.
+_TO_NCHW = (0, 3, 1, 2)
+_TO_NHWC = (0, 2, 3, 1)
 # Largest accepted |ONNX - Keras| over an output, as a fraction of
 # max(1, the largest |Keras output|): float32 kernels of two runtimes
 # differ by rounding (about 1e-6 relative); a wrong conversion by far more.
@@ -64,11 +84,16 @@ class OnnxInfo:
         input_names: ONNX input names, in the order of `model.inputs`.
         output_names: ONNX output names, in the order of `model.outputs`.
         opset: The opset of the file.
+        nchw_inputs: Indices of the inputs the file takes channels-first
+            (NCHW): the Keras model's NHWC array transposed by (0, 3, 1, 2).
+        nchw_outputs: Indices of the outputs it returns channels-first.
     """
 
     input_names: tuple[str, ...]
     output_names: tuple[str, ...]
     opset: int
+    nchw_inputs: tuple[int, ...] = ()
+    nchw_outputs: tuple[int, ...] = ()
 
 
 def input_names(model: keras.Model) -> tuple[str, ...]:
@@ -82,6 +107,7 @@ def to_onnx(
     *,
     opset: int = MAX_OPSET,
     batch_size: int | None = None,
+    boundary: str = KERAS_LAYOUT,
 ) -> OnnxInfo:
     """Converts a built Keras model to an ONNX file.
 
@@ -90,21 +116,27 @@ def to_onnx(
         path: The `.onnx` file to write (its folder must exist).
         opset: ONNX opset, at most `MAX_OPSET`.
         batch_size: Fixed batch dimension, or None for a dynamic one.
+        boundary: `KERAS_LAYOUT` (inputs and outputs as the model has
+            them) or `CONV_NCHW` (channels-first next to a
+            convolution-like op, as inside a whole model; for bricks).
 
     Returns:
-        The file's input and output names.
+        The file's input and output names, and which are channels-first.
 
     Raises:
         ConversionError: If tf2onnx cannot convert the model.
-        ValueError: If `opset` is above `MAX_OPSET` or below 1.
+        ValueError: If `opset` is above `MAX_OPSET` or below 1, or
+            `boundary` is not one of `BOUNDARIES`.
     """
     if not 1 <= opset <= MAX_OPSET:
         raise ValueError(
             f"opset must be in 1..{MAX_OPSET} (tf2onnx 1.17). "
             f"Received: opset={opset}"
         )
-    import tf2onnx  # Lazy: slow to import, only needed here.
-
+    if boundary not in BOUNDARIES:
+        raise ValueError(
+            f"boundary must be one of {BOUNDARIES}. Received: {boundary!r}"
+        )
     names = input_names(model)
     specs = [
         tf.TensorSpec((batch_size, *t.shape[1:]), t.dtype, name=name)
@@ -129,6 +161,60 @@ def to_onnx(
         )
         if outer.dtype != tf.resource
     }
+    proto = _convert(call, specs, opset, model.name)
+    nchw_inputs: tuple[int, ...] = ()
+    nchw_outputs: tuple[int, ...] = ()
+    if boundary == CONV_NCHW:
+        nchw_inputs, nchw_outputs = conv_edges(proto)
+    if nchw_inputs or nchw_outputs:
+        graph = proto.graph
+        nchw = _convert(
+            call,
+            specs,
+            opset,
+            model.name,
+            inputs_as_nchw=[graph.input[i].name for i in nchw_inputs],
+            outputs_as_nchw=[graph.output[i].name for i in nchw_outputs],
+        )
+        # Kept only if it removes Transposes; a tensor whose consumers
+        # want both layouts could move one from the edge to inside.
+        if count_ops(nchw, "Transpose") < count_ops(proto, "Transpose"):
+            proto = nchw
+        else:
+            nchw_inputs = nchw_outputs = ()
+    _fold_constants(proto, names, constants, model.name)
+    import onnx
+
+    check_proto(proto, model.name)
+    onnx.save(proto, str(Path(path)))
+    info = OnnxInfo(
+        input_names=tuple(i.name for i in proto.graph.input),
+        output_names=tuple(o.name for o in proto.graph.output),
+        opset=opset,
+        nchw_inputs=nchw_inputs,
+        nchw_outputs=nchw_outputs,
+    )
+    try:
+        check_outputs(model, path, info)
+    except ConversionError:
+        Path(path).unlink(missing_ok=True)
+        raise
+    return info
+
+
+def _convert(call, specs, opset: int, model_name: str, **layout):
+    """tf2onnx's `from_function` of `call`, quiet; the ONNX proto.
+
+    Args:
+        call: The traced function.
+        specs: Its input signature.
+        opset: The ONNX opset.
+        model_name: The name to give in errors.
+        **layout: `inputs_as_nchw` / `outputs_as_nchw`: names of the
+            graph's inputs and outputs to make channels-first.
+    """
+    import tf2onnx  # Lazy: slow to import, only needed here.
+
     tf2onnx_logger = logging.getLogger("tf2onnx")
     level = tf2onnx_logger.level
     # An unsupported op is logged at ERROR, then named by the checks below.
@@ -140,30 +226,75 @@ def to_onnx(
                 input_signature=specs,
                 opset=opset,
                 custom_op_handlers={"Erfc": (_erfc_as_one_minus_erf, [])},
+                **layout,
             )
     except Exception as e:  # tf2onnx raises many types.
         raise ConversionError(
-            f"Cannot convert model {model.name!r} to ONNX (opset {opset}): "
+            f"Cannot convert model {model_name!r} to ONNX (opset {opset}): "
             f"{type(e).__name__}: {e}"
         ) from e
     finally:
         tf2onnx_logger.setLevel(level)
-    _fold_constants(proto, names, constants, model.name)
-    import onnx
+    return proto
 
-    check_proto(proto, model.name)
-    onnx.save(proto, str(Path(path)))
-    info = OnnxInfo(
-        input_names=tuple(i.name for i in proto.graph.input),
-        output_names=tuple(o.name for o in proto.graph.output),
-        opset=opset,
+
+def conv_edges(proto) -> tuple[tuple[int, ...], tuple[int, ...]]:
+    """The boundary tensors of a channels-last file next to an NCHW op.
+
+    An input read by a Transpose to channels-first, or an output written
+    by a Transpose from channels-first: where tf2onnx's own optimizer,
+    having pushed the Transposes of its channels-first ops (convolution,
+    pooling, resizing) as far as they go, left them at the file's edge.
+    Rank-4 float tensors only.
+
+    Args:
+        proto: An `onnx.ModelProto` converted channels-last.
+
+    Returns:
+        (indices of such inputs, indices of such outputs).
+    """
+    from onnx import TensorProto, helper
+
+    graph = proto.graph
+    float32 = TensorProto.FLOAT
+
+    def rank4_float(value) -> bool:
+        tensor = value.type.tensor_type
+        return tensor.elem_type == float32 and len(tensor.shape.dim) == 4
+
+    def perm(node) -> tuple[int, ...]:
+        for attribute in node.attribute:
+            if attribute.name == "perm":
+                return tuple(helper.get_attribute_value(attribute))
+        return ()
+
+    read = {
+        name
+        for node in graph.node
+        if node.op_type == "Transpose" and perm(node) == _TO_NCHW
+        for name in node.input[:1]
+    }
+    written = {
+        node.output[0]
+        for node in graph.node
+        if node.op_type == "Transpose" and perm(node) == _TO_NHWC
+    }
+    inputs = tuple(
+        i
+        for i, value in enumerate(graph.input)
+        if rank4_float(value) and value.name in read
     )
-    try:
-        check_outputs(model, path, info)
-    except ConversionError:
-        Path(path).unlink(missing_ok=True)
-        raise
-    return info
+    outputs = tuple(
+        i
+        for i, value in enumerate(graph.output)
+        if rank4_float(value) and value.name in written
+    )
+    return inputs, outputs
+
+
+def count_ops(proto, op_type: str) -> int:
+    """How many nodes of `op_type` an ONNX model's main graph holds."""
+    return sum(node.op_type == op_type for node in proto.graph.node)
 
 
 def _erfc_as_one_minus_erf(ctx, node, name, args) -> None:
@@ -230,6 +361,10 @@ def check_outputs(
 ) -> None:
     """Runs an ONNX file and the Keras model on the same synthetic inputs.
 
+    The inputs the file takes channels-first (`info.nchw_inputs`) are fed
+    transposed, and the outputs it returns channels-first are transposed
+    back before they are compared with the Keras model's.
+
     Skipped (nothing is compared) if ONNX Runtime is missing or an input
     has an unknown dimension beyond the batch.
 
@@ -247,13 +382,23 @@ def check_outputs(
         xs = synthetic.synthetic_inputs(model, batch)
     except ValueError:
         return  # Unknown dimensions: the file was loaded, not run.
+    fed = [
+        np.ascontiguousarray(x.transpose(_TO_NCHW))
+        if i in info.nchw_inputs
+        else x
+        for i, x in enumerate(xs)
+    ]
     try:
-        got = session.run(None, dict(zip(info.input_names, xs, strict=True)))
+        got = session.run(None, dict(zip(info.input_names, fed, strict=True)))
     except Exception as e:  # ORT raises its own types.
         raise ConversionError(
             f"Model {model.name!r}: ONNX Runtime cannot run its ONNX file: "
             f"{_first_line(e)}"
         ) from e
+    got = [
+        np.asarray(g).transpose(_TO_NHWC) if i in info.nchw_outputs else g
+        for i, g in enumerate(got)
+    ]
     packed = pack_inputs(model, [tf.constant(x) for x in xs])
     want = keras.tree.flatten(model(packed, training=False))
     for i, (g, w) in enumerate(zip(got, want, strict=True)):

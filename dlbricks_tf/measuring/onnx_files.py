@@ -5,6 +5,13 @@ batch first, then the batch size timed) and writes its inputs' id bounds
 beside it, or reuses the file converted before; an `OnnxFile` is what
 `brick_timing` hands ONNX Runtime's timer. `brick_timing.brick_onnx_file`
 and `brick_timing.model_onnx_file` name the files of bricks and models.
+
+A whole model is converted with the inputs and outputs it has; a brick
+with `BRICK_BOUNDARY`: its rank-4 float inputs and outputs next to a
+convolution-like op channels-first, the layout they have inside the
+whole model once ONNX Runtime has cancelled the Transposes tf2onnx writes
+around each such op (`onnx_convert`, "Boundary layout"). The layout is in
+the file's name, so a file converted with another one is not reused.
 Importing this module imports no TensorFlow (the conversion does).
 """
 
@@ -17,6 +24,11 @@ from typing import Any
 
 from dlbricks_tf import errors
 from dlbricks_tf.measuring import ort_timing
+
+# `onnx_convert.KERAS_LAYOUT` and `onnx_convert.CONV_NCHW` (that module
+# imports TensorFlow): the boundary layout of whole models and of bricks.
+MODEL_BOUNDARY = "keras"
+BRICK_BOUNDARY = "conv_nchw"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -42,6 +54,7 @@ def onnx_file(
     batch_size: int,
     *,
     reuse: bool = True,
+    boundary: str = MODEL_BOUNDARY,
 ) -> OnnxFile:
     """A Keras model as an ONNX file in `folder`, converted once.
 
@@ -49,19 +62,27 @@ def onnx_file(
     only build with a fixed one). The id bounds are written beside the
     file last (`ort_timing.convert_for_ort`): a file without them is
     converted again. Bricks are named by signature, so their files serve
-    every later run and shard with the same folder.
+    every later run and shard with the same folder. A boundary layout
+    other than the model's own is part of the file's name
+    (`<stem>-<boundary>.onnx`): files of two layouts are never mixed up.
 
     Args:
         build: build(batch) -> the Keras model (batch None: dynamic).
         folder: Where the files are kept.
-        stem: The file name without suffix.
+        stem: The file name without suffix (and without the layout).
         batch_size: The batch size timed.
         reuse: Use a file already converted (False: convert again).
+        boundary: The layout of the file's inputs and outputs, one of
+            `onnx_convert.BOUNDARIES` (`MODEL_BOUNDARY`: as the Keras
+            model's; `BRICK_BOUNDARY`: channels-first next to a
+            convolution-like op).
 
     Raises:
         dlbricks_tf.Error: If neither conversion works.
     """
     folder = Path(folder)
+    if boundary != MODEL_BOUNDARY:
+        stem = f"{stem}-{boundary}"
     names = ((None, stem), (batch_size, f"{stem}-b{batch_size}"))
     if reuse:
         for _, name in names:
@@ -73,7 +94,7 @@ def onnx_file(
     for batch, name in names:
         try:
             path, bounds = ort_timing.convert_for_ort(
-                build(batch), folder, name, batch_size=batch
+                build(batch), folder, name, batch_size=batch, boundary=boundary
             )
             return OnnxFile(str(path), tuple(bounds))
         except Exception as e:  # Keras and tf2onnx raise many types.

@@ -284,19 +284,24 @@ def convert_for_ort(
     name: str | None = None,
     *,
     batch_size: int | None = None,
+    boundary: str = "keras",
 ) -> tuple[Path, list[int | None]]:
     """Converts a Keras model to `workdir/<name>.onnx`, dynamic batch.
 
     Then writes `<name>.json` beside it with the model's id bounds
     (`synthetic.id_bounds`), so that a cached file can be timed without
-    the Keras model; the `.json` is written last, so its presence means
-    the `.onnx` is complete. Both are rewritten.
+    the Keras model, and the file's boundary layout (`boundary`, and the
+    indices of its channels-first inputs and outputs); the `.json` is
+    written last, so its presence means the `.onnx` is complete. Both are
+    rewritten.
 
     Args:
         model: A built Keras model.
         workdir: Folder of the files (created if absent).
         name: File stem; the model's name by default.
         batch_size: Fixed batch dimension, or None for a dynamic one.
+        boundary: The boundary layout, one of `onnx_convert.BOUNDARIES`
+            ("keras": as the model has them).
 
     Returns:
         (path of the `.onnx` file, id bound per input).
@@ -312,8 +317,16 @@ def convert_for_ort(
     stem = name or model.name
     path = folder / f"{stem}.onnx"
     bounds = synthetic.id_bounds(model)
-    onnx_convert.to_onnx(model, path, batch_size=batch_size)
-    path.with_suffix(".json").write_text(json.dumps({"id_bounds": bounds}))
+    info = onnx_convert.to_onnx(
+        model, path, batch_size=batch_size, boundary=boundary
+    )
+    sidecar = {
+        "id_bounds": bounds,
+        "boundary": boundary,
+        "nchw_inputs": list(info.nchw_inputs),
+        "nchw_outputs": list(info.nchw_outputs),
+    }
+    path.with_suffix(".json").write_text(json.dumps(sidecar))
     return path, bounds
 
 
