@@ -67,12 +67,31 @@ def _timed(owner, name: str, seconds: collections.Counter, part: str):
         setattr(owner, name, original)
 
 
+def _summed(group, specs):
+    """f(inputs): every brick of `group` on its own inputs, outputs summed."""
+    import tensorflow as tf
+
+    def run(inputs):
+        flat = iter(inputs)
+        sums = []
+        for model, sp in zip(group, specs, strict=True):
+            x = [next(flat) for _ in sp]
+            y = model(x[0] if len(x) == 1 else x, training=False)
+            sums += [
+                tf.reduce_sum(tf.cast(v, tf.float32))
+                for v in tf.nest.flatten(y)
+            ]
+        return tf.add_n(sums)
+
+    return run
+
+
 def _bare(bricks, sources, program, synthetic, g, intra) -> None:
     """Traces and first-calls the bricks without the chain's harness.
 
     The bricks go as a chain would hold them (at most `chain_links` a
-    function), each on placeholders of its own,
-    with no stamp, slice or fed input between them; each output is summed
+    function), each on placeholders of its own, with no stamp, slice or
+    fed input between them; each output is summed
     into the result so that nothing is pruned. What is left is the cost
     of the bricks' own ops: the floor of tracing them in Python.
     """
@@ -92,20 +111,8 @@ def _bare(bricks, sources, program, synthetic, g, intra) -> None:
             tf.TensorSpec(shape, dtype) for sp in specs for shape, dtype in sp
         ]
 
-        def run(inputs, group=group, specs=specs):
-            flat = iter(inputs)
-            sums = []
-            for model, sp in zip(group, specs, strict=True):
-                x = [next(flat) for _ in sp]
-                y = model(x[0] if len(x) == 1 else x, training=False)
-                sums += [
-                    tf.reduce_sum(tf.cast(v, tf.float32))
-                    for v in tf.nest.flatten(y)
-                ]
-            return tf.add_n(sums)
-
         function = tf.function(
-            run, input_signature=[signature], autograph=False
+            _summed(group, specs), input_signature=[signature], autograph=False
         )
         start = time.perf_counter()
         concrete = function.get_concrete_function()
