@@ -14,7 +14,7 @@ and the median of the bricks' own ratios (bricks of 20 us or more).
 
 Usage:
     python -m benchmarks.brick_sources \
-        --models=MobileNetV2,ResNet50,EfficientNetB0 --rounds=30
+        --models=MobileNetV2,ResNet50,EfficientNetB0 --chain_rounds=30
 """
 
 from __future__ import annotations
@@ -30,7 +30,10 @@ from dlbricks_tf.cli import model_flags, settings_flags, shared_flags
 for _name in ("models", "granularity", "intra_op_threads", "out"):
     flags.declare_key_flag(_name)
 _ROUNDS = flags.DEFINE_integer(
-    "rounds", 30, "Samples of every chain, in alternating order.", lower_bound=3
+    "chain_rounds",
+    30,
+    "Samples of every chain, in alternating order.",
+    lower_bound=3,
 )
 # Bricks faster than this have meaningless relative differences.
 _MIN_BRICK_MS = 0.02

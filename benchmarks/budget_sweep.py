@@ -40,7 +40,7 @@ from pathlib import Path
 
 from absl import app, flags
 
-from benchmarks import neighbour_flags, noisy_neighbour
+from benchmarks import neighbour_flags, noisy_neighbour, sampling_flags
 from dlbricks_tf.cli import model_flags, settings_flags, shared_flags
 
 _FRACTIONS = flags.DEFINE_list(
@@ -48,9 +48,7 @@ _FRACTIONS = flags.DEFINE_list(
     ["0.05", "0.1", "0.25", "0.5"],
     "Budgets, as fractions of the full run's end-to-end seconds.",
 )
-_ALL = flags.DEFINE_bool(
-    "all", False, "All 40 keras.applications models (else --models)."
-)
+_ALL = sampling_flags.ALL
 
 
 def _models() -> list[str]:
