@@ -33,14 +33,11 @@ import json
 import math
 import os
 import shutil
-import subprocess
-import sys
-import time
 from pathlib import Path
 
 from absl import app, flags
 
-from benchmarks import neighbour_flags, noisy_neighbour, sampling_flags
+from benchmarks import neighbour_flags, sampling_flags
 from dlbricks_tf.cli import model_flags, settings_flags, shared_flags
 
 _FRACTIONS = flags.DEFINE_list(
@@ -57,21 +54,6 @@ def _models() -> list[str]:
     if _ALL.value:
         return list(corpus.APPLICATIONS)
     return model_flags.MODELS.value or list(corpus.FAMILIES)
-
-
-def _dlbricks(*args: str) -> float:
-    """Runs one dlbricks command in a process of its own; its seconds."""
-    command = [sys.executable, "-m", "tools.dlbricks", *args]
-    print("$ dlbricks " + " ".join(args), flush=True)
-    start = time.perf_counter()
-    kind = neighbour_flags.NEIGHBOUR.value
-    with noisy_neighbour.running(kind, neighbour_flags.NEIGHBOUR_SEED.value):
-        done = subprocess.run(command, capture_output=True, text=True)
-    if done.returncode:
-        sys.exit(
-            f"dlbricks {args[0]} failed ({done.returncode}):\n{done.stderr}"
-        )
-    return time.perf_counter() - start
 
 
 def _figures(report_path: Path, label: str, budget_s: float | None) -> dict:
@@ -154,13 +136,13 @@ def main(argv: list[str]) -> None:
     if not probes.exists():
         partial = out / "probes.partial.sqlite"
         partial.unlink(missing_ok=True)
-        _dlbricks("bench", "--probes", f"--db={partial}")
+        neighbour_flags.run_dlbricks("bench", "--probes", f"--db={partial}")
         partial.rename(probes)
     rows = []
     full = out / "full"
     if not (full / "report.json").exists():
         shutil.rmtree(full, ignore_errors=True)
-        _dlbricks(
+        neighbour_flags.run_dlbricks(
             "run", *common, f"--db={full / 'store.sqlite'}", f"--out={full}"
         )
     rows.append(_figures(full / "report.json", "every brick", None))
@@ -173,7 +155,7 @@ def main(argv: list[str]) -> None:
         db = folder / "store.sqlite"
         shutil.copyfile(probes, db)
         budget_s = fraction * end_to_end
-        _dlbricks(
+        neighbour_flags.run_dlbricks(
             "run", *common, f"--budget={budget_s:.1f}", f"--db={db}",
             f"--out={folder}",
         )  # fmt: skip

@@ -27,14 +27,13 @@ from __future__ import annotations
 import json
 import math
 import os
-import subprocess
 import sys
 import time
 from pathlib import Path
 
 from absl import app, flags
 
-from benchmarks import neighbour_flags, noisy_neighbour
+from benchmarks import neighbour_flags
 from dlbricks_tf.cli import (
     model_flags,
     settings_flags,
@@ -66,21 +65,6 @@ def _threads() -> int:
     from dlbricks_tf.machine import process
 
     return settings_flags.INTRA.value or process.physical_cores()
-
-
-def _dlbricks(*args: str, neighbour: bool = True) -> float:
-    """Runs one dlbricks command in a process of its own; its seconds."""
-    command = [sys.executable, "-m", "tools.dlbricks", *args]
-    print("$ dlbricks " + " ".join(args), flush=True)
-    start = time.perf_counter()
-    kind = neighbour_flags.NEIGHBOUR.value if neighbour else "none"
-    with noisy_neighbour.running(kind, neighbour_flags.NEIGHBOUR_SEED.value):
-        done = subprocess.run(command, capture_output=True, text=True)
-    if done.returncode:
-        sys.exit(
-            f"dlbricks {args[0]} failed ({done.returncode}):\n{done.stderr}"
-        )
-    return time.perf_counter() - start
 
 
 def _timings(db: Path, kind: str) -> dict[str, float]:
@@ -159,7 +143,7 @@ def _flow(run: int, out: Path, recipes: list[Path]) -> dict:
     suite_db, run_db = out / f"suite{run}.sqlite", out / f"run{run}.sqlite"
     for db in (suite_db, run_db):
         db.unlink(missing_ok=True)
-    bench_s = _dlbricks(
+    bench_s = neighbour_flags.run_dlbricks(
         "bench",
         f"--suite={out / 'suite'}",
         f"--db={suite_db}",
@@ -169,10 +153,10 @@ def _flow(run: int, out: Path, recipes: list[Path]) -> dict:
     if timing_flags.REFERENCE.value:
         _share_reference_state(suite_db, run_db)
     time.sleep(_MEASURE_AFTER.value)
-    measure_s = _dlbricks(
+    measure_s = neighbour_flags.run_dlbricks(
         "measure", f"--models={models}", f"--db={suite_db}", threads, reference
     )
-    run_s = _dlbricks(
+    run_s = neighbour_flags.run_dlbricks(
         "run",
         f"--models={models}",
         f"--granularity={g}",
@@ -243,7 +227,7 @@ def main(argv: list[str]) -> None:
     out.mkdir(parents=True, exist_ok=True)
     recipes_dir = out / "recipes"
     if not (out / "suite" / "manifest.json").exists():
-        _dlbricks(
+        neighbour_flags.run_dlbricks(
             "export",
             f"--models={','.join(_models())}",
             f"--granularity={_granularity()}",

@@ -18,7 +18,7 @@ import pytest
 from dlbricks_tf.machine.fingerprint import SystemFingerprint
 from dlbricks_tf.machine.settings import RunSettings
 from dlbricks_tf.stats import Timing
-from dlbricks_tf.storing import database
+from dlbricks_tf.storing import database, merging
 from dlbricks_tf.storing import store as store_lib
 from tests import fakes
 
@@ -545,16 +545,7 @@ def _scaled(t, factor):
         t,
         **{
             name: getattr(t, name) * factor
-            for name in (
-                "min_ms",
-                "median_ms",
-                "trimmed_mean_ms",
-                "max_ms",
-                "ci_low_ms",
-                "ci_high_ms",
-                "mean_ms",
-                "mean_half_ms",
-            )
+            for name in merging.SCALED
             if getattr(t, name) is not None
         },
     )

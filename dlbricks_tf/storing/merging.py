@@ -167,7 +167,7 @@ def merge(into: Database, other: str | Path) -> int:
 
 # The columns of a timing that are milliseconds of its samples (scaled by
 # the reference when it was timed); dispatch and loop overheads are not.
-_SCALED = (
+SCALED = (
     "min_ms",
     "median_ms",
     "trimmed_mean_ms",
@@ -200,7 +200,7 @@ def rescaled(
     }
     if not factors:
         return list(rows)
-    at = [3 + _STATS.index(name) for name in _SCALED]
+    at = [3 + _STATS.index(name) for name in SCALED]
     out = []
     for row in rows:
         factor = factors.get((row[1], row[2]))
