@@ -30,7 +30,6 @@ Usage:
 from __future__ import annotations
 
 import json
-import math
 import os
 import shutil
 from pathlib import Path
@@ -38,38 +37,20 @@ from pathlib import Path
 from absl import app, flags
 
 from benchmarks import neighbour_flags, sampling_flags
-from dlbricks_tf.cli import model_flags, settings_flags, shared_flags
+from dlbricks_tf.cli import settings_flags, shared_flags
 
 _FRACTIONS = flags.DEFINE_list(
     "fractions",
     ["0.05", "0.1", "0.25", "0.5"],
     "Budgets, as fractions of the full run's end-to-end seconds.",
 )
-_ALL = sampling_flags.ALL
-
-
-def _models() -> list[str]:
-    from dlbricks_tf.models import corpus
-
-    if _ALL.value:
-        return list(corpus.APPLICATIONS)
-    return model_flags.MODELS.value or list(corpus.FAMILIES)
 
 
 def _figures(report_path: Path, label: str, budget_s: float | None) -> dict:
-    """The sweep's row of one run's report.json."""
+    """The sweep's row of one run's report.json (its corpus row's figures)."""
     report = json.loads(report_path.read_text())
     (corpus,) = report["corpus"]
     runs = report["runs"]
-    ratios = [r["normalized"] for r in runs]
-    finite = [x for x in ratios if x is not None and math.isfinite(x)]
-    holds = sum(
-        r["measured_ms"] is not None
-        and r["estimated_low_ms"] <= r["measured_ms"] <= r["estimated_high_ms"]
-        for r in runs
-    )
-    wide = sum(bool(r.get("range_flag")) for r in runs)
-    e2e = corpus["end_to_end_wall_s"]
     return {
         "budget": label,
         "budget_s": budget_s,
@@ -77,18 +58,16 @@ def _figures(report_path: Path, label: str, budget_s: float | None) -> dict:
         "probes_s": corpus.get("probes_s"),
         "bricks_timed": corpus.get("bricks_timed", corpus["unique_bricks"]),
         "bricks_predicted": corpus.get("bricks_predicted", 0),
-        "models": len(runs),
-        "within": sum(0.9 <= x <= 1.1 for x in finite),
-        "geomean": math.exp(sum(map(math.log, finite)) / len(finite))
-        if finite
-        else math.nan,
-        "min": min(finite, default=math.nan),
-        "max": max(finite, default=math.nan),
-        "range_holds": holds,
-        "ranges_wide": wide,
+        "models": corpus["models"],
+        "within": corpus["within_10pct"],
+        "geomean": corpus["geomean_normalized"],
+        "min": corpus["min_normalized"],
+        "max": corpus["max_normalized"],
+        "range_holds": corpus["range_holds"],
+        "ranges_wide": corpus["flagged"],
         "predicted_share": [r.get("predicted_share", 0.0) for r in runs],
         "campaign_s": corpus["campaign_wall_s"],
-        "end_to_end_s": e2e,
+        "end_to_end_s": corpus["end_to_end_wall_s"],
         "steal": corpus.get("steal_share"),
         "per_model": {r["model"]: r["normalized"] for r in runs},
     }
@@ -123,7 +102,7 @@ def main(argv: list[str]) -> None:
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
     out = Path(shared_flags.OUT.value)
     out.mkdir(parents=True, exist_ok=True)
-    models = ",".join(_models())
+    models = ",".join(sampling_flags.model_names())
     common = [
         f"--models={models}",
         "--granularity=1",
