@@ -123,19 +123,18 @@ def merge(into: Database, other: str | Path) -> int:
         )
         described = source._read(f"SELECT signature, json FROM {_DESCRIPTIONS}")
     check(str(other), keys, results, failed, references, described)
-    ours = into._read(
-        f"SELECT settings_key, fingerprint_id, state_ms FROM {_REFERENCES}"
-    )
-    results = {
-        table: rescaled(rows, references, ours)
-        for table, rows in results.items()
-    }
 
     def copy(db: sqlite3.Connection) -> int:
         before = _count(db)
+        # Our states as this transaction sees them: one another writer
+        # calibrated since the file was read counts too.
+        ours = db.execute(
+            f"SELECT settings_key, fingerprint_id, state_ms FROM {_REFERENCES}"
+        ).fetchall()
         for table, rows in keys.items():
             db.executemany(f"INSERT OR IGNORE INTO {table} VALUES (?, ?)", rows)
         for table, rows in results.items():
+            rows = rescaled(rows, references, ours)
             db.executemany(
                 f"INSERT OR IGNORE INTO {table} ({cols[table]}) VALUES "
                 f"({', '.join('?' * (len(_STATS) + 4))})",
