@@ -93,12 +93,56 @@ def test_compare_estimates_and_names_fastest(store):
     assert table.fastest("net_b") == tf_fast
     assert table.measured == {("net_a", tf_slow): 9.0}
     header, rows = compare.table(table)
-    assert header[0] == "model" and header[-2] == "fastest"
-    assert rows[0][-2] == labels[ort_fast]
+    assert header[0] == "model" and header[-3] == "fastest"
+    assert rows[0][-3] == labels[ort_fast]
+    # One measured configuration only: no pick to compare.
+    assert table.picks() == [] and rows[0][-2] == "-"
+    assert "Picks:" not in compare.format_comparison(table)
     assert rows[1][1 + ort_fast] == "1 missing"
     assert "(9.000)" in rows[0][1 + tf_slow]
     text = compare.format_comparison(table)
     assert "| net_b |" in text and "noisy" in text
+
+
+def test_picks_count_a_wrong_choice_only_past_ten_percent(store, tmp_path):
+    # Measured: net_a fastest on the slow machine's TF (a planted upset)
+    # and 5% apart on net_b: the estimates' pick is wrong for net_a only.
+    store.put_model("net_a", TF, FAST_CPU, _timing(12.0))
+    store.put_model("net_a", ORT, FAST_CPU, _timing(10.0))
+    store.put("c", ORT, FAST_CPU, _timing(2.0))
+    store.put_model("net_b", TF, FAST_CPU, _timing(6.0))
+    store.put_model("net_b", ORT, FAST_CPU, _timing(6.3))
+    table = compare.compare(PLANS, store, batch_size=1)
+    labels = [c.label for c in table.configurations]
+    by = {
+        (c.settings.backend, c.fingerprint.cpu_model): i
+        for i, c in enumerate(table.configurations)
+    }
+    ort_fast = by[("onnxruntime", FAST_CPU.cpu_model)]
+    tf_fast = by[("tf", FAST_CPU.cpu_model)]
+    tf_slow = by[("tf", "Slow CPU")]
+    a, b = table.picks()
+    # net_a: estimates 2 (ORT), 4 (TF fast), 8 (TF slow); measured 10, 12, 9.
+    assert (a.estimated, a.measured) == (ort_fast, tf_slow)
+    assert a.gap == pytest.approx(10.0 / 9.0 - 1) and a.wrong
+    # net_b: estimates 3 (ORT: 1 + 2), 6 (TF); measured 6.3, 6.0: +5%.
+    assert (b.estimated, b.measured) == (ort_fast, tf_fast)
+    assert b.gap == pytest.approx(0.05) and not b.wrong
+    _, rows = compare.table(table)
+    assert rows[0][-2] == f"{labels[tf_slow]} (estimates' pick +11%, wrong)"
+    assert rows[1][-2] == f"{labels[tf_fast]} (estimates' pick +5%)"
+    line = compare.format_picks(table)
+    assert "for 0 of 2 model(s)" in line
+    assert "more than 10% slower): 1 of 2 (net_a +11%)" in line
+    assert line in compare.format_comparison(table)
+    estimates_board.write_comparison(tmp_path / "tb", table)
+    acc = event_accumulator.EventAccumulator(
+        str(tmp_path / "tb" / board.COMPARE_RUN),
+        size_guidance={event_accumulator.TENSORS: 0},
+    )
+    acc.Reload()
+    (event,) = acc.Tensors("wrong_picks")
+    assert tf.make_ndarray(event.tensor_proto).item() == 1.0
 
 
 def test_parallel_mode(store):
@@ -129,6 +173,7 @@ def test_write_comparison_reads_back(store, tmp_path):
     text_tag = [t for t in tags if t.startswith("comparison")][0]
     text = tf.make_ndarray(acc.Tensors(text_tag)[0].tensor_proto)
     assert b"net_a" in text.item()
+    assert "wrong_picks" not in tags  # No model measured twice.
     # A rewrite replaces, not adds.
     assert len(estimates_board.write_comparison(tmp_path / "tb", table)) == 1
 

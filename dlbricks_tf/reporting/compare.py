@@ -27,6 +27,34 @@ from dlbricks_tf.machine.settings import RunSettings
 from dlbricks_tf.stats import Timing
 
 _STAT_FIELDS = tuple(f.name for f in dataclasses.fields(Timing))
+# A pick is wrong when the configuration the estimates pick measured more
+# than this much slower than the measured fastest: the accuracy the
+# estimates promise, below which two configurations are a tie to them.
+PICK_GAP = 0.10
+
+
+@dataclasses.dataclass(frozen=True)
+class Pick:
+    """Which configuration the estimates pick for a model, and which the
+    measurements do, among the configurations holding both.
+
+    Attributes:
+        model: The model.
+        estimated: Column of the lowest estimate.
+        measured: Column of the lowest stored end-to-end median.
+        gap: How much slower the estimates' pick measured than the
+            measured fastest (0 when they agree).
+    """
+
+    model: str
+    estimated: int
+    measured: int
+    gap: float
+
+    @property
+    def wrong(self) -> bool:
+        """The estimates pick a configuration measured > 10% slower."""
+        return self.estimated != self.measured and self.gap > PICK_GAP
 
 
 @dataclasses.dataclass(frozen=True)
@@ -97,6 +125,29 @@ class Comparison:
         if len(known) < 2 or min(known) <= 0:
             return None
         return max(known) / min(known)
+
+    def pick(self, model: str) -> Pick | None:
+        """The estimates' and the measurements' pick for `model`, among
+        the configurations with an estimate and a stored end-to-end
+        median; None with fewer than two such."""
+        both = [
+            i
+            for i in range(len(self.configurations))
+            if (model, i) in self.estimates and (model, i) in self.measured
+        ]
+        if len(both) < 2:
+            return None
+        by_estimate = min(both, key=lambda i: self.estimates[(model, i)].ms)
+        by_measurement = min(both, key=lambda i: self.measured[(model, i)])
+        fastest = self.measured[(model, by_measurement)]
+        picked = self.measured[(model, by_estimate)]
+        gap = picked / fastest - 1 if fastest else 0.0
+        return Pick(model, by_estimate, by_measurement, gap)
+
+    def picks(self) -> list[Pick]:
+        """`pick` of every model that has one, in the models' order."""
+        found = (self.pick(m) for m in self.models)
+        return [p for p in found if p is not None]
 
 
 def configurations(
@@ -197,12 +248,15 @@ def table(comparison: Comparison) -> tuple[list[str], list[list[Any]]]:
 
     A cell is the estimate in ms (with the stored end-to-end median in
     parentheses when there is one), "n missing" when bricks lack timings;
-    the last columns name the fastest configuration and the slowest over
-    fastest ratio.
+    the last columns name the fastest configuration by the estimates, the
+    fastest by the stored end-to-end medians (with how much slower the
+    estimates' pick measured, and "wrong" past `PICK_GAP`; "-" without
+    two configurations holding both), and the slowest over fastest
+    estimate.
     """
     labels = [c.label for c in comparison.configurations]
     header = ["model", *(f"{label} ms" for label in labels)]
-    header += ["fastest", "slowest/fastest"]
+    header += ["fastest", "measured fastest", "slowest/fastest"]
     rows = []
     for model in comparison.models:
         row: list[Any] = [model]
@@ -219,6 +273,16 @@ def table(comparison: Comparison) -> tuple[list[str], list[list[Any]]]:
             row.append(cell)
         best = comparison.fastest(model)
         row.append(labels[best] if best is not None else "-")
+        pick = comparison.pick(model)
+        if pick is None:
+            row.append("-")
+        elif pick.estimated == pick.measured:
+            row.append(f"{labels[pick.measured]} (agree)")
+        else:
+            row.append(
+                f"{labels[pick.measured]} (estimates' pick +"
+                f"{100 * pick.gap:.0f}%{', wrong' if pick.wrong else ''})"
+            )
         ratio = comparison.speedup(model)
         row.append(f"{ratio:.2f}x" if ratio is not None else "-")
         rows.append(row)
@@ -234,4 +298,32 @@ def format_comparison(comparison: Comparison) -> str:
         "end-to-end median in parentheses); 'noisy': built on bricks "
         "flagged noisy."
     )
-    return legend + "\n\n" + summaries.markdown_table(header, rows)
+    text = legend + "\n\n" + summaries.markdown_table(header, rows)
+    line = format_picks(comparison)
+    return text + ("\n\n" + line if line else "")
+
+
+def format_picks(comparison: Comparison) -> str:
+    """One line: how often the estimates pick what the measurements pick.
+
+    Empty when no model has two configurations with an estimate and a
+    stored end-to-end median.
+    """
+    picks = comparison.picks()
+    if not picks:
+        return ""
+    agree = sum(p.estimated == p.measured for p in picks)
+    wrong = [p for p in picks if p.wrong]
+    line = (
+        f"Picks: the estimates pick the measured fastest configuration for "
+        f"{agree} of {len(picks)} model(s) with two or more measured; "
+        f"wrong (the estimates' pick measured more than "
+        f"{100 * PICK_GAP:.0f}% slower): {len(wrong)} of {len(picks)}"
+    )
+    if wrong:
+        line += (
+            " ("
+            + ", ".join(f"{p.model} +{100 * p.gap:.0f}%" for p in wrong)
+            + ")"
+        )
+    return line + "."

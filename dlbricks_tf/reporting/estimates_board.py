@@ -22,8 +22,11 @@ from dlbricks_tf.reporting.report import format_source
 def write_comparison(log_dir: str | Path, comparison: Any) -> list[str]:
     """Writes a `compare.Comparison` under `log_dir/compare`.
 
-    A text table (per model: the estimate on each configuration and the
-    fastest), a grouped bar chart of the estimates, and one scalar per
+    A text table (per model: the estimate on each configuration, the
+    fastest by the estimates and by the stored end-to-end medians, the
+    picks' line of `compare.format_picks` as its description), the count
+    of wrong picks (`wrong_picks`, when a model has two configurations
+    measured), a grouped bar chart of the estimates, and one scalar per
     model and configuration (`estimate_ms/<configuration>`). Replaces an
     earlier comparison.
 
@@ -46,8 +49,14 @@ def write_comparison(log_dir: str | Path, comparison: Any) -> list[str]:
             "comparison",
             header,
             rows,
-            description=f"{comparison.mode} estimates per configuration",
+            description=f"{comparison.mode} estimates per configuration. "
+            + compare.format_picks(comparison),
         )
+        picks = comparison.picks()
+        if picks:  # How often the estimates pick the wrong configuration.
+            summaries.write_scalar(
+                w, "wrong_picks", float(sum(p.wrong for p in picks))
+            )
         if models and labels:
             series = {
                 label: [
