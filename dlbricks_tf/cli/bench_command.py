@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import functools
 import os
+import time
 
 from absl import app, flags
 
@@ -164,7 +165,28 @@ def bench(sources, gs, safe_mode) -> None:
                 stop,
                 build=build,
             )
+        if PROBES.value and budget is None and shard.count == 1:
+            _keep_predictor(store, settings, fp)
     fail_if_any_failed(failed)
+
+
+def _keep_predictor(store, settings, fp) -> None:
+    """Fits the predictor of the store's described bricks, once, and keeps
+    it in the store: a budgeted campaign (`run --budget`) or `estimate
+    --predict` on this store then reads it back instead of fitting it."""
+    from dlbricks_tf.running import budget as budget_lib
+
+    start = time.perf_counter()
+    predictor, learnt = budget_lib.fit_predictor(
+        store, settings, fp, log=lambda line: print(line, flush=True)
+    )
+    if predictor is not None:
+        print(
+            f"Predictor of the store's {learnt} described bricks kept in "
+            f"{store.path} ({time.perf_counter() - start:.1f} s): run "
+            "--budget and estimate --predict on this store read it back",
+            flush=True,
+        )
 
 
 def _onnx_brick(folder: str, batch_size: int, entry):
@@ -310,8 +332,9 @@ def _time_budget(
         f"{label}: timed {len(summary.timed)}, predicted "
         f"{len(summary.predicted)}, failed {len(summary.failed)}; "
         f"{summary.spent_s:.1f} s of the {summary.budget_s:g} s budget "
-        f"(stopped: {summary.stopped}), probes {summary.probes_s:.1f} s "
-        f"apart; store {store.path} ({settings.key()})"
+        f"(stopped: {summary.stopped}); apart from it, probes "
+        f"{summary.probes_s:.1f} s, first predictor "
+        f"{summary.first_fit_s:.1f} s; store {store.path} ({settings.key()})"
     )
     if summary.stopped == budget.SIGNAL and stop.received:
         raise exits.Fail(

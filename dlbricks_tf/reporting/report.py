@@ -48,8 +48,9 @@ def format_report(report: Mapping[str, Any]) -> str:
     since the previous G's pass of the same run), a `failed bricks` column
     when a model has no estimate because bricks of it failed
     (`failed_bricks`), a `budget s (spent)`, `bricks timed/predicted` and
-    `probes s` column when the corpus rows carry `budget_s` (`run
-    --budget`, `dlbricks_tf.running.budget`);
+    `probes s + first fit s` column (both apart from the budget) when the
+    corpus rows carry `budget_s` (`run --budget`,
+    `dlbricks_tf.running.budget`);
     rows of fused decompositions (`"split": "fused"`) show G as "1 fused".
     """
     precise = any("estimate_precision" in r for r in report["runs"])
@@ -128,7 +129,9 @@ def format_report(report: Mapping[str, Any]) -> str:
     budget = any(c.get("budget_s") is not None for c in report["corpus"])
     if budget:
         header, rule = (
-            header + " budget s (spent) | bricks timed/predicted | probes s |",
+            header
+            + " budget s (spent) | bricks timed/predicted"
+            + " | probes s + first fit s |",
             rule + "---:|---:|---:|",
         )
     lines += ["", header, rule]
@@ -181,7 +184,8 @@ def format_report(report: Mapping[str, Any]) -> str:
                 f" ({_f(c.get('budget_spent_s'), 1)})"
                 f" | {c.get('bricks_timed', '-')}"
                 f"/{c.get('bricks_predicted', '-')}"
-                f" | {_f(c.get('probes_s'), 1)} |"
+                f" | {_f(c.get('probes_s'), 1)}"
+                f" + {_f(c.get('first_fit_s'), 1)} |"
             )
         lines.append(line)
     return "\n".join(lines)

@@ -10,15 +10,21 @@ predicts the rest:
    lacks them for these settings on this machine, as `bench --probes`
    does: once per machine and settings, their seconds counted apart from
    the budget (`probes_s`).
-2. A predictor is fitted on every described brick the store holds for
-   these settings on this machine (`beyond.train`, from the descriptions,
-   no model walked): the probes' and any brick timed before.
+2. The predictor of every described brick the store holds for these
+   settings on this machine (`beyond.train`, from the descriptions, no
+   model walked: the probes' and any brick timed before), read back when
+   the store keeps it (`bench --probes` fits and keeps it), else fitted,
+   cross-validated and kept. It is a machine's set-up, as the probes
+   are: its seconds are counted apart too (`first_fit_s`).
 3. Rounds until the budget is spent, every model's range is within
    +-10% (`ranges.PROMISE`), or every brick is timed: each untimed
    brick b is scored (`score`), the best are timed in one chain
    (`brick_timing.time_bricks`, stored with their descriptions), and the
    predictor is fitted again once the bricks it could learn from have
-   grown by `REFIT_GROWTH` (the fits count in the budget). A round takes
+   grown by `REFIT_GROWTH` (the refits count in the budget). A refit is
+   one fit that keeps the first fit's cross-validation (a sixth of a
+   cross-validated fit's cost); that interval, of a predictor that
+   learnt from fewer bricks, errs wide. A round takes
    the best bricks whose expected cost fits the seconds left (the first
    always) and, once started, is finished and kept: stopped half way,
    what it spent building and tracing its chain would be lost. So the
@@ -67,12 +73,13 @@ from collections.abc import Callable, Collection, Mapping, Sequence
 from typing import Any
 
 from dlbricks_tf.cutting import suite as suite_lib
-from dlbricks_tf.estimating import beyond, features, ranges
+from dlbricks_tf.estimating import beyond, features, ranges, saved_predictor
 from dlbricks_tf.estimating import predict as predict_lib
 from dlbricks_tf.measuring import brick_timing, campaign, precision, sampling
 from dlbricks_tf.models import probes
 from dlbricks_tf.running import bench
 from dlbricks_tf.stats import Timing, timing_problem
+from dlbricks_tf.storing.database import StoreError
 
 # Seconds a brick costs before its first sample: building it, its link in
 # the chain's trace and warm-up (14-30 ms a brick on the 2-core hosts).
@@ -97,8 +104,12 @@ class BudgetSummary:
             the probes' apart.
         probes_s: Seconds spent timing the probes the store lacked (0 when
             it held them).
-        fit_s: Of `spent_s`, seconds fitting the predictor.
-        fits: Predictors fitted.
+        first_fit_s: Seconds getting the predictor of what the store held
+            at the start (read back when kept, else fitted and kept),
+            apart from `spent_s` as the probes are.
+        fit_s: Of `spent_s`, seconds fitting the predictor again.
+        fits: Predictors fitted again (each one fit, the first fit's
+            cross-validation kept).
         timed: Signatures timed and stored, in order.
         failed: (signature, reason) of the bricks that failed.
         predicted: {signature: predicted timing} of the suite's bricks left
@@ -111,6 +122,7 @@ class BudgetSummary:
     budget_s: float
     spent_s: float
     probes_s: float
+    first_fit_s: float
     fit_s: float
     fits: int
     timed: tuple[str, ...]
@@ -203,9 +215,22 @@ def model_precisions(
 
 
 def fit_predictor(
-    store: Any, settings: Any, fingerprint: Any, log: Callable | None = None
+    store: Any,
+    settings: Any,
+    fingerprint: Any,
+    log: Callable | None = None,
+    *,
+    cv: predict_lib.CrossValidation | None = None,
 ) -> tuple[predict_lib.Predictor | None, int]:
     """(predictor fitted on the store's described bricks, bricks learnt).
+
+    Without `cv`, the predictor of exactly what the store holds: read back
+    when the store keeps it (`saved_predictor.fit_key`, the key `estimate
+    --predict` reads too), else fitted, cross-validated and kept there for
+    the next campaign or estimate. With `cv` (a refit as a campaign times
+    more bricks), fitted once on everything, that cross-validation kept,
+    and not kept in the store: its interval is that of a fit of fewer
+    bricks.
 
     None (and 0) when too few are stored to fit one.
     """
@@ -216,14 +241,40 @@ def fit_predictor(
     }
     texts = store.descriptions(settings, fingerprint)
     texts = {s: text for s, text in texts.items() if s in results}
+    key = saved_predictor.fit_key(
+        beyond.METHOD, 0, False, (), results, described=texts
+    )
+    if cv is None:
+        text = store.get_predictor(settings, fingerprint, key)
+        if text is not None:
+            try:
+                kept = saved_predictor.from_json(text)
+            except saved_predictor.SavedPredictorError as e:
+                if log:
+                    log(f"Budget: the kept predictor is not used: {e}")
+            else:
+                if log:
+                    log(
+                        f"Budget: the predictor of the store's {len(texts)} "
+                        "described bricks, kept in the store"
+                    )
+                return kept, len(texts)
     try:
         predictor = beyond.train(
-            {}, results, max_granularity=1, descriptions=texts, log=log
+            {}, results, max_granularity=1, descriptions=texts, log=log, cv=cv
         )
     except predict_lib.PredictorError as e:
         if log:
             log(f"Budget: no predictor yet ({e})")
         return None, len(texts)
+    if cv is None:
+        try:
+            store.put_predictor(
+                settings, fingerprint, key, saved_predictor.to_json(predictor)
+            )
+        except StoreError as e:  # A read-only store still estimates.
+            if log:
+                log(f"Budget: the fitted predictor was not kept: {e}")
     return predictor, len(texts)
 
 
@@ -355,11 +406,6 @@ def time_within_budget(
         stop=stop,
         log=log,
     )
-    start = time.perf_counter()
-
-    def elapsed() -> float:
-        return time.perf_counter() - start
-
     if known is None:
         known = store.results(settings, fingerprint)
     timings = {
@@ -369,18 +415,35 @@ def time_within_budget(
         and timing_problem(known[s].to_dict(), ordered=False) is None
     }
     _describe_known(store, suite, timings)
+    # The predictor of what the store holds as the campaign starts is a
+    # machine's set-up, as the probes are: fitted once, kept in the store
+    # (`bench --probes` fits it too), read back by every later campaign
+    # and `estimate --predict`; counted apart from the budget.
+    t0 = time.perf_counter()
+    predictor, learnt = fit_predictor(store, settings, fingerprint, log)
+    first_fit_s = time.perf_counter() - t0
+    start = time.perf_counter()
+
+    def elapsed() -> float:
+        return time.perf_counter() - start
+
     fit_s = 0.0
     fits = 0
 
     def refit() -> tuple[Any, int]:
         nonlocal fit_s, fits
         t0 = time.perf_counter()
-        fitted = fit_predictor(store, settings, fingerprint, log)
+        fitted = fit_predictor(
+            store,
+            settings,
+            fingerprint,
+            log,
+            cv=predictor.cv if predictor is not None else None,
+        )
         fit_s += time.perf_counter() - t0
         fits += fitted[0] is not None
         return fitted
 
-    predictor, learnt = refit()
     weights = brick_timing.model_weights(suite.entries)
     entries = {e.signature: e for e in suite.entries}
     rows = {}  # Features of each brick, read once.
@@ -515,11 +578,13 @@ def time_within_budget(
         f"{elapsed():.1f} s of {budget_s:g} s spent ({fit_s:.1f} s fitting "
         f"{fits} predictor(s)); stopped: {stopped}"
         + (f"; probes {probes_s:.1f} s apart" if probes_s else "")
+        + f"; first predictor {first_fit_s:.1f} s apart"
     )
     return BudgetSummary(
         budget_s=budget_s,
         spent_s=elapsed(),
         probes_s=probes_s,
+        first_fit_s=first_fit_s,
         fit_s=fit_s,
         fits=fits,
         timed=tuple(timed),

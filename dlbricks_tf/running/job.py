@@ -443,6 +443,7 @@ def run_granularity(
             "budget_stopped": spent.stopped,
             "bricks_predicted": len(spent.predicted),
             "probes_s": spent.probes_s,
+            "first_fit_s": spent.first_fit_s,
         }
     return GranularityResult(
         runs,
