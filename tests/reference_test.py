@@ -18,9 +18,9 @@ from dlbricks_tf.storing.store import Store
 class FakeTimer(sampling.AdaptiveSampling):
     """Samples of a brick of `cost` ms on a machine slowed by `slowdown()`."""
 
-    def __init__(self, cost, slowdown, count=5):
+    def __init__(self, cost, slowdown, count=5, precision=0.0):
         self.options = sampling.TimingOptions(
-            min_samples=count, max_samples=1000, precision=0.0
+            min_samples=count, max_samples=1000, precision=precision
         )
         self._cost, self._slowdown = cost, slowdown
         self._samples, self._sampling_s, self._prepare_s = [], 0.0, 0.0
@@ -81,6 +81,24 @@ def test_a_slowdown_of_sample_and_reference_alike_cancels():
     assert scale.summary()["reference_ratio"] == pytest.approx(1.75)
 
 
+def test_the_stopping_rule_reads_the_samples_spread_not_the_references():
+    # Steady samples beside a reference that jitters 1x, 2x, 1x, ...:
+    # each batch scaled by its own factor spreads 2:1, but the samples
+    # themselves are known at once; the rule reads them on the common
+    # scale (their median factor), and the stored timing stays per batch.
+    machine = Machine([1.0, 2.0] * 10)
+    scale = reference.ReferenceScale(
+        machine.read, state_ms=2.0, window=1, interval_s=0
+    )
+    timer = FakeTimer(4.0, lambda: 1.0, count=5, precision=0.02)
+    timer.scale = scale
+    timer.sample()
+    timer.sample()
+    assert sorted(set(timer.samples)) == [2.0, 4.0]
+    assert timer.settled
+    assert timer.result().mean_ms == pytest.approx(3.0)
+
+
 def test_a_steady_reference_leaves_samples_unchanged():
     machine = Machine([1.0] * 4)
     scale = reference.ReferenceScale(machine.read, state_ms=2.0, interval_s=0)
@@ -103,6 +121,27 @@ def test_the_state_is_where_samples_are_put_and_the_window_smooths():
     )
     # Medians of the last readings: 2, then (2+4)/2 = 3, then median 3.
     assert [scale.factor() for _ in range(3)] == [0.5, 1 / 3, 1 / 3]
+
+
+def test_the_first_factor_is_the_median_of_a_burst_of_readings():
+    now = [0.0]
+    readings = iter([5.0, 1.0, 2.0, 2.0, 9.0, 2.0, 4.0])
+
+    def read():  # A reading takes 0.1 s of the clock.
+        now[0] += 0.1
+        return next(readings)
+
+    scale = reference.ReferenceScale(
+        read, 2.0, window=2, interval_s=0, clock=lambda: now[0],
+        first=3, first_s=0.45,
+    )  # fmt: skip
+    # Three readings at least, for 0.45 s at least: five (0.5 s), median 2.
+    assert scale.factor() == 1.0
+    assert scale.readings == [5.0, 1.0, 2.0, 2.0, 9.0]
+    assert scale.summary()["reference_seconds"] == pytest.approx(0.5)
+    # Then one reading a batch, the median of the last two: (9 + 2) / 2.
+    assert scale.factor() == pytest.approx(2.0 / 5.5)
+    assert scale.factor() == pytest.approx(2.0 / 3.0)
 
 
 def test_a_batch_soon_after_a_reading_reuses_its_factor():
@@ -143,7 +182,7 @@ def test_calibration_is_kept_in_the_store_and_reused(tmp_path):
 
     with Store(tmp_path / "s.sqlite") as store:
         first = reference.ReferenceScale.for_store(
-            Fixed(), store, settings, fp, readings=3
+            Fixed(), store, settings, fp, readings=3, warm_s=0
         )
         # Nothing is read or stored until the state is needed: a command
         # stopped before its first sample leaves the store as it was.
@@ -151,9 +190,23 @@ def test_calibration_is_kept_in_the_store_and_reused(tmp_path):
         assert first.state_ms == 2.0  # The median of the calibration.
         assert store.reference_state(settings, fp) == 2.0
         again = reference.ReferenceScale.for_store(
-            Fixed(), store, settings, fp, readings=3
+            Fixed(), store, settings, fp, readings=3, warm_s=0
         )
         assert again.state_ms == 2.0  # Not calibrated again.
+
+
+def test_a_calibration_leaves_out_its_warm_up():
+    now = [0.0]
+    readings = iter([9.0, 8.0, 7.0, 3.0, 1.0, 2.0])
+
+    def read():  # A reading takes 0.1 s of the clock; the first are cold.
+        now[0] += 0.1
+        return next(readings)
+
+    state = reference.ReferenceScale.calibrate(
+        read, readings=3, warm_s=0.25, clock=lambda: now[0]
+    )
+    assert state == 2.0  # The median of the three read after 0.3 s.
 
 
 def test_bad_state_is_refused():

@@ -34,9 +34,28 @@ from typing import Any
 
 from dlbricks_tf import stats
 
-# Readings whose median scales a batch: adjacent in time, and steadier
-# than one reading.
-WINDOW = 3
+# Readings whose median scales a batch: the last WINDOW (about 4 s of a
+# run at `INTERVAL_S`). On a 2-vCPU VM one reading moves +-30-35% from one
+# to the next 0.1-0.3 s apart, faster than any batch it stands beside, so
+# a short window put that noise into every batch's factor; what a common
+# scale has to cancel is the slower drift (a steal episode, another
+# process's run, a host that runs 1.5x slower for minutes), which a
+# longer window still follows.
+WINDOW = 9
+# The first factor of a scale (a process's first batch) is the median of
+# readings taken back to back for FIRST_S seconds (at least WINDOW): with
+# one reading, a command that times little (`measure` of one model, a
+# `run` whose bricks are stored) was put on the common scale by a single
+# reading, 40% off at worst (a store's MobileNetV2 read 1.93 the second
+# time it was run, its bricks scaled by 1.35 and the model by 0.71).
+FIRST_S = 0.2
+# A calibration first runs the workload for WARM_S, unread. It happens
+# when a command has cut its models (Python alone for seconds, TF's pools
+# idle), and a reading taken after an idle spell is slower for tens of ms
+# (1.2-1.7 ms after 0.3 s idle against 0.6-1.0 back to back, 2026-12-03):
+# calibrated cold, a store's state sat at 1.46 ms while its run read a
+# median 0.87, and every stored millisecond was 1.68x what the machine ran.
+WARM_S = 0.2
 # Readings of a first calibration.
 CALIBRATION_READINGS = 15
 # A batch that starts less than this after the last reading is scaled by
@@ -133,6 +152,9 @@ class ReferenceScale:
         interval_s: A batch that starts sooner than this after the last
             reading reuses its factor (0: a reading before every batch).
         clock: Seconds, monotonic (for `interval_s`).
+        first: Readings the first factor is the median of, at least.
+        first_s: The first factor reads for this long, at least (and
+            `first` readings); `for_store` passes `FIRST_S`.
     """
 
     def __init__(
@@ -142,6 +164,8 @@ class ReferenceScale:
         window: int = WINDOW,
         interval_s: float = INTERVAL_S,
         clock: Callable[[], float] = time.perf_counter,
+        first: int = 1,
+        first_s: float = 0.0,
     ) -> None:
         self._state: float | None = None
         self._find_state = state_ms if callable(state_ms) else None
@@ -151,6 +175,8 @@ class ReferenceScale:
         self._window = max(1, int(window))
         self._interval_s = max(0.0, float(interval_s))
         self._clock = clock
+        self._first = max(1, int(first))
+        self._first_s = max(0.0, float(first_s))
         self._last: tuple[float, float] | None = None  # (time, factor)
         self.readings: list[float] = []
         self.seconds = 0.0  # Wall-clock spent reading, calibration apart.
@@ -164,9 +190,21 @@ class ReferenceScale:
 
     @classmethod
     def calibrate(
-        cls, read: Callable[[], float], readings: int = CALIBRATION_READINGS
+        cls,
+        read: Callable[[], float],
+        readings: int = CALIBRATION_READINGS,
+        warm_s: float = 0.0,
+        clock: Callable[[], float] = time.perf_counter,
     ) -> float:
-        """The median of `readings` readings: a first reference state."""
+        """The median of `readings` readings: a first reference state.
+
+        Readings taken in the first `warm_s` seconds are left out (and
+        `readings` taken after them), so that the state is that of a warm
+        machine, as a run's readings are.
+        """
+        start = clock()
+        while clock() - start < warm_s:
+            read()
         return stats.median([read() for _ in range(max(1, readings))])
 
     @classmethod
@@ -177,6 +215,7 @@ class ReferenceScale:
         settings: Any,
         fingerprint: Any,
         readings: int = CALIBRATION_READINGS,
+        warm_s: float = WARM_S,
     ) -> ReferenceScale:
         """The scale of this machine and settings, calibrated once.
 
@@ -193,26 +232,38 @@ class ReferenceScale:
                 found = store.put_reference_state(
                     settings,
                     fingerprint,
-                    cls.calibrate(reference.read, readings),
+                    cls.calibrate(reference.read, readings, warm_s=warm_s),
                 )
             return found
 
-        return cls(reference.read, state)
+        return cls(reference.read, state, first=WINDOW, first_s=FIRST_S)
 
     def factor(self) -> float:
         """State / recent readings; reads the reference unless it just did.
 
         The reference is read again once `interval_s` has passed since
-        the last reading; until then, that reading's factor stands.
+        the last reading; until then, that reading's factor stands. The
+        first factor is the median of the readings taken back to back for
+        `first_s` (at least `first`, at most 100 times as many).
         """
         now = self._clock()
         if self._last is not None and now - self._last[0] < self._interval_s:
             return self._last[1]
-        value = self._read()
-        self.seconds += self._clock() - now
-        self.readings.append(value)
-        recent = self.readings[-self._window :]
-        current = stats.median(recent)
+        if not self.readings:
+            start = now
+            first = []
+            while len(first) < self._first or (
+                self._clock() - start < self._first_s
+                and len(first) < 100 * self._first
+            ):
+                first.append(self._read())
+            self.seconds += self._clock() - now
+            self.readings += first
+            current = stats.median(first)
+        else:
+            self.readings.append(self._read())
+            self.seconds += self._clock() - now
+            current = stats.median(self.readings[-self._window :])
         factor = self.state_ms / current if current > 0 else 1.0
         self._last = (self._clock(), factor)
         return factor
