@@ -5,6 +5,7 @@ brick, the link cost subtracted, commits per chain), never against a time.
 """
 
 import functools
+import statistics
 
 import keras
 import pytest
@@ -82,6 +83,33 @@ def test_the_link_cost_is_measured_and_subtracted():
     raw = timer._samples[0]
     assert timer.samples(0) == [max(v - link, 0.0) for v in raw]
     assert timer.result(0, noisy=False).loop_overhead_ms == link
+
+
+def test_the_stopping_rule_reads_unscaled_samples_on_one_factor():
+    _, suite = _bricks(models.chain()[0])
+    bricks = [(e.signature, e.brick.build(1)) for e in suite.entries]
+    factors = iter([1.0, 3.0, 2.0, 2.0])
+
+    class Jitter:  # A reference whose factor moves from pass to pass.
+        def factor(self):
+            return next(factors)
+
+    timer = chain.ChainTimer(
+        bricks, SETTINGS, check_settings=CHECKED, scale=Jitter()
+    )
+    for _ in range(4):
+        timer.sample()
+    # Stored figures: each pass scaled by its own factor.
+    scaled = timer._samples[0]
+    raw = timer._raw[0]
+    assert scaled == pytest.approx(
+        [v * f for v, f in zip(raw, [1.0, 3.0, 2.0, 2.0], strict=True)]
+    )
+    # The rule: the unscaled samples, link off, times the median factor.
+    link = statistics.median(timer._raw_empty)
+    assert timer.precise_samples(0) == pytest.approx(
+        [max(v - link, 0.0) * 2.0 for v in raw]
+    )
 
 
 def test_a_chain_refuses_repeated_keys_and_xla():

@@ -224,7 +224,7 @@ def time_chains(
         holding: frozenset[str] = frozenset()
         if n >= options.min_samples:
             settled, holding = precision.chain_verdict(
-                {k: chain.samples(i) for i, k in enumerate(chain.keys)},
+                {k: chain.precise_samples(i) for i, k in enumerate(chain.keys)},
                 weights,
                 known_ms,
                 options.precision,

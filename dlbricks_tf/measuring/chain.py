@@ -193,6 +193,10 @@ class ChainTimer:
         self._n = 0
         self._samples: list[list[float]] = [[] for _ in bricks]
         self._empty: list[float] = []
+        # Unscaled, for `precise_samples`; and each pass's factor.
+        self._raw: list[list[float]] = [[] for _ in bricks]
+        self._raw_empty: list[float] = []
+        self._factors: list[float] = []
         self._prepare_s = 0.0
         self._sampling_s = 0.0
 
@@ -264,13 +268,16 @@ class ChainTimer:
             self._prepare()
         start = time.perf_counter()  # The reading counts as sampling.
         factor = self.scale.factor() if self.scale is not None else 1.0
-        per_call = self._call(self._n) * factor
+        raw = self._call(self._n).tolist()
         self._sampling_s += time.perf_counter() - start
-        for owner, value in zip(self._layout, per_call.tolist(), strict=True):
+        self._factors.append(factor)
+        for owner, value in zip(self._layout, raw, strict=True):
             if owner is None:
-                self._empty.append(value)
+                self._empty.append(value * factor)
+                self._raw_empty.append(value)
             else:
-                self._samples[owner].append(value)
+                self._samples[owner].append(value * factor)
+                self._raw[owner].append(value)
 
     def samples(self, index: int) -> list[float]:
         """Per-call samples of brick `index` (link cost subtracted), ms.
@@ -279,6 +286,22 @@ class ChainTimer:
         """
         link = self.link_ms
         return [max(v - link, 0.0) for v in self._samples[index]]
+
+    def precise_samples(self, index: int) -> list[float]:
+        """What the stopping rule reads: `samples(index)` with one factor.
+
+        The unscaled samples (link cost subtracted) times the median of
+        the passes' factors: on the common scale, with the spread of the
+        samples alone. Each pass's own factor carries the reference's
+        jitter (a reading moves ±30% from the next), which kept chains
+        sampling 1.3-1.5x as long for a precision of the samples they
+        already had; the stored timing still scales each pass by its own.
+        """
+        if not self._raw[index]:
+            return []
+        factor = stats.median(self._factors)
+        link = stats.median(self._raw_empty) if self._raw_empty else 0.0
+        return [max(v - link, 0.0) * factor for v in self._raw[index]]
 
     def result(self, index: int, noisy: bool) -> stats.Timing:
         """Summary of brick `index`; `noisy` as the caller judged it.

@@ -198,9 +198,21 @@ class AdaptiveSampling:
 
     @property
     def settled(self) -> bool:
-        """Whether the median is known to the requested precision."""
+        """Whether the median is known to the requested precision.
+
+        Judged on the unscaled samples times the median of the batches'
+        factors (see `ChainTimer.precise_samples`): on the common scale,
+        with the samples' own spread, not the reference's jitter.
+        """
+        samples = self._samples
+        factors = self.__dict__.get("_factors", [])
+        if factors and len(factors) == len(samples):
+            common = stats.median(factors)
+            samples = [
+                v / f * common for v, f in zip(samples, factors, strict=True)
+            ]
         return stats.is_settled(
-            self._samples,
+            samples,
             self.options.precision,
             self.options.min_samples,
             self.options.absolute_precision_ms,
@@ -300,6 +312,7 @@ class AdaptiveSampling:
         warm-up again (most of a small brick's cost).
         """
         self._samples = []
+        self._factors = []
         self._sampling_s = 0.0
         return self
 
@@ -324,6 +337,8 @@ class AdaptiveSampling:
         self._sampling_s += time.perf_counter() - start
         if factor != 1.0:
             batch = [v * factor for v in batch]
+        # Each sample's factor, for `settled` (subclasses set `_samples`).
+        self.__dict__.setdefault("_factors", []).extend([factor] * len(batch))
         self._samples += batch
         return batch
 
