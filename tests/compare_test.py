@@ -45,6 +45,19 @@ PLANS = {
 }
 
 
+def _columns(table):
+    """Columns of (ORT, fast CPU), (TF, fast CPU) and (TF, slow CPU)."""
+    by = {
+        (c.settings.backend, c.fingerprint.cpu_model): i
+        for i, c in enumerate(table.configurations)
+    }
+    return (
+        by[("onnxruntime", FAST_CPU.cpu_model)],
+        by[("tf", FAST_CPU.cpu_model)],
+        by[("tf", "Slow CPU")],
+    )
+
+
 @pytest.fixture
 def store(tmp_path):
     with Store(tmp_path / "all.sqlite") as s:
@@ -74,13 +87,7 @@ def test_configurations_group_results(store):
 def test_compare_estimates_and_names_fastest(store):
     table = compare.compare(PLANS, store, batch_size=1)
     labels = [c.label for c in table.configurations]
-    by = {
-        (c.settings.backend, c.fingerprint.cpu_model): i
-        for i, c in enumerate(table.configurations)
-    }
-    ort_fast = by[("onnxruntime", FAST_CPU.cpu_model)]
-    tf_fast = by[("tf", FAST_CPU.cpu_model)]
-    tf_slow = by[("tf", "Slow CPU")]
+    ort_fast, tf_fast, tf_slow = _columns(table)
     assert table.estimates[("net_a", tf_fast)].ms == pytest.approx(4.0)
     assert table.estimates[("net_a", tf_slow)].ms == pytest.approx(8.0)
     assert table.estimates[("net_a", ort_fast)].ms == pytest.approx(2.0)
@@ -114,13 +121,7 @@ def test_picks_count_a_wrong_choice_only_past_ten_percent(store, tmp_path):
     store.put_model("net_b", ORT, FAST_CPU, _timing(6.3))
     table = compare.compare(PLANS, store, batch_size=1)
     labels = [c.label for c in table.configurations]
-    by = {
-        (c.settings.backend, c.fingerprint.cpu_model): i
-        for i, c in enumerate(table.configurations)
-    }
-    ort_fast = by[("onnxruntime", FAST_CPU.cpu_model)]
-    tf_fast = by[("tf", FAST_CPU.cpu_model)]
-    tf_slow = by[("tf", "Slow CPU")]
+    ort_fast, tf_fast, tf_slow = _columns(table)
     a, b = table.picks()
     # net_a: estimates 2 (ORT), 4 (TF fast), 8 (TF slow); measured 10, 12, 9.
     assert (a.estimated, a.measured) == (ort_fast, tf_slow)

@@ -395,21 +395,15 @@ def kept_predictor(
         results,
         described=texts,
     )
-    text = store.get_predictor(settings, fingerprint, key)
-    if text is not None:
-        try:
-            predictor = saved_predictor.from_json(text)
-        except saved_predictor.SavedPredictorError as e:
-            if log:
-                log(str(e))
-        else:
-            if log:
-                log(
-                    f"Predictor: kept in the store, fitted on "
-                    f"{predictor.cv.bricks} stored bricks "
-                    f"({_what_is_learnt(learnt, texts)})"
-                )
-            return predictor
+    predictor = kept(store, settings, fingerprint, key, log)
+    if predictor is not None:
+        if log:
+            log(
+                f"Predictor: kept in the store, fitted on "
+                f"{predictor.cv.bricks} stored bricks "
+                f"({_what_is_learnt(learnt, texts)})"
+            )
+        return predictor
     learn = {}
     for i, (name, s) in enumerate(learnt.items(), 1):
         if log and (i == 1 or i % 40 == 0 or i == len(learnt)):
@@ -429,13 +423,7 @@ def kept_predictor(
         descriptions=texts,
         log=log,
     )
-    try:
-        store.put_predictor(
-            settings, fingerprint, key, saved_predictor.to_json(predictor)
-        )
-    except StoreError as e:  # A read-only store still estimates.
-        if log:
-            log(f"The fitted predictor was not kept: {e}")
+    keep(store, settings, fingerprint, key, predictor, log)
     if log:
         cv = predictor.cv
         log(
@@ -446,6 +434,41 @@ def kept_predictor(
             f"{100 * cv.within_10pct:.0f}% of bricks within 10%"
         )
     return predictor
+
+
+def kept(
+    store: Any, settings: Any, fingerprint: Any, key: str, log: Any = None
+) -> predict_lib.Predictor | None:
+    """The predictor the store keeps under `key`, or None (also when it
+    does not read back: the line says why, and it is fitted again)."""
+    text = store.get_predictor(settings, fingerprint, key)
+    if text is None:
+        return None
+    try:
+        return saved_predictor.from_json(text)
+    except saved_predictor.SavedPredictorError as e:
+        if log:
+            log(str(e))
+        return None
+
+
+def keep(
+    store: Any,
+    settings: Any,
+    fingerprint: Any,
+    key: str,
+    predictor: predict_lib.Predictor,
+    log: Any = None,
+) -> None:
+    """Keeps a fitted predictor in the store under its fit key; a store
+    that cannot be written still estimates (the line says so)."""
+    try:
+        store.put_predictor(
+            settings, fingerprint, key, saved_predictor.to_json(predictor)
+        )
+    except StoreError as e:
+        if log:
+            log(f"The fitted predictor was not kept: {e}")
 
 
 def _what_is_learnt(learn: Mapping[str, Any], texts: Mapping[str, str]) -> str:

@@ -79,7 +79,6 @@ from dlbricks_tf.measuring import brick_timing, campaign, precision, sampling
 from dlbricks_tf.models import probes
 from dlbricks_tf.running import bench
 from dlbricks_tf.stats import Timing, timing_problem
-from dlbricks_tf.storing.database import StoreError
 
 # Seconds a brick costs before its first sample: building it, its link in
 # the chain's trace and warm-up (14-30 ms a brick on the 2-core hosts).
@@ -244,21 +243,14 @@ def fit_predictor(
     key = saved_predictor.fit_key(
         beyond.METHOD, 0, False, (), results, described=texts
     )
-    if cv is None:
-        text = store.get_predictor(settings, fingerprint, key)
-        if text is not None:
-            try:
-                kept = saved_predictor.from_json(text)
-            except saved_predictor.SavedPredictorError as e:
-                if log:
-                    log(f"Budget: the kept predictor is not used: {e}")
-            else:
-                if log:
-                    log(
-                        f"Budget: the predictor of the store's {len(texts)} "
-                        "described bricks, kept in the store"
-                    )
-                return kept, len(texts)
+    found = None if cv else beyond.kept(store, settings, fingerprint, key, log)
+    if found is not None:
+        if log:
+            log(
+                f"Budget: the predictor of the store's {len(texts)} "
+                "described bricks, kept in the store"
+            )
+        return found, len(texts)
     try:
         predictor = beyond.train(
             {}, results, max_granularity=1, descriptions=texts, log=log, cv=cv
@@ -268,13 +260,7 @@ def fit_predictor(
             log(f"Budget: no predictor yet ({e})")
         return None, len(texts)
     if cv is None:
-        try:
-            store.put_predictor(
-                settings, fingerprint, key, saved_predictor.to_json(predictor)
-            )
-        except StoreError as e:  # A read-only store still estimates.
-            if log:
-                log(f"Budget: the fitted predictor was not kept: {e}")
+        beyond.keep(store, settings, fingerprint, key, predictor, log)
     return predictor, len(texts)
 
 
