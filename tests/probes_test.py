@@ -96,7 +96,7 @@ def test_probe_sources_build_their_probe():
 def test_cli_times_probes_and_estimates_a_model_from_them_alone(tmp_path):
     """`bench --probes` stores the probes' bricks; `estimate --predict`
     then prices a model none of whose bricks was timed, from the probes
-    alone, and reads the fitted predictor back from the store next time."""
+    alone, reading back the predictor `bench --probes` fitted and kept."""
     from dlbricks_tf.storing.store import Store
     from tests import models
     from tests.cli import FAST, dlbricks
@@ -105,6 +105,7 @@ def test_cli_times_probes_and_estimates_a_model_from_them_alone(tmp_path):
     common = [f"--db={db}", f"--out={tmp_path / 'out'}"]
     proc = dlbricks("bench", "--probes", "--probe_count=8", *common, *FAST)
     assert proc.returncode == 0, proc.stderr
+    assert "Predictor of the store's" in proc.stdout  # Fitted and kept.
     want = {
         b.signature for s in probes.sources(8) for b in s.decompose(1).bricks
     }
@@ -118,7 +119,7 @@ def test_cli_times_probes_and_estimates_a_model_from_them_alone(tmp_path):
     assert proc.returncode == 1  # No brick of it is stored.
     proc = dlbricks("estimate", "--predict", f"--models={path}", *common)
     assert proc.returncode == 0, proc.stderr
-    assert "Predictor: " in proc.stdout and "kept" not in proc.stdout
+    assert "Predictor: kept in the store" in proc.stdout
     row = next(x for x in proc.stdout.splitlines() if x.startswith("| chain"))
     assert "predicted 100%" in row, row
     proc = dlbricks("estimate", "--predict", f"--models={path}", *common)
