@@ -240,17 +240,19 @@ def fit_predictor(
     }
     texts = store.descriptions(settings, fingerprint)
     texts = {s: text for s, text in texts.items() if s in results}
-    key = saved_predictor.fit_key(
-        beyond.METHOD, 0, False, (), results, described=texts
-    )
-    found = None if cv else beyond.kept(store, settings, fingerprint, key, log)
-    if found is not None:
-        if log:
-            log(
-                f"Budget: the predictor of the store's {len(texts)} "
-                "described bricks, kept in the store"
-            )
-        return found, len(texts)
+    key = None  # A refit is neither read back nor kept: no key to hash.
+    if cv is None:
+        key = saved_predictor.fit_key(
+            beyond.METHOD, 0, False, (), results, described=texts
+        )
+        found = beyond.kept(store, settings, fingerprint, key, log)
+        if found is not None:
+            if log:
+                log(
+                    f"Budget: the predictor of the store's {len(texts)} "
+                    "described bricks, kept in the store"
+                )
+            return found, len(texts)
     try:
         predictor = beyond.train(
             {}, results, max_granularity=1, descriptions=texts, log=log, cv=cv
@@ -259,7 +261,7 @@ def fit_predictor(
         if log:
             log(f"Budget: no predictor yet ({e})")
         return None, len(texts)
-    if cv is None:
+    if key is not None:
         beyond.keep(store, settings, fingerprint, key, predictor, log)
     return predictor, len(texts)
 
