@@ -176,6 +176,11 @@ def _keep_predictor(store, settings, fp) -> None:
     --predict` on this store then reads it back instead of fitting it."""
     from dlbricks_tf.running import budget as budget_lib
 
+    print(
+        "Fitting and cross-validating the predictor of the store's bricks "
+        "(tens of seconds for the probes), to keep it in the store",
+        flush=True,
+    )
     start = time.perf_counter()
     predictor, learnt = budget_lib.fit_predictor(
         store, settings, fp, log=lambda line: print(line, flush=True)
