@@ -14,7 +14,13 @@ import dlbricks_tf
 from dlbricks_tf.cutting import suite as suite_lib
 from dlbricks_tf.estimating import estimate as estimate_lib
 from dlbricks_tf.machine import settings as settings_lib
-from dlbricks_tf.measuring import campaign, chain, chain_graph, timing
+from dlbricks_tf.measuring import (
+    campaign,
+    chain,
+    chain_graph,
+    reference,
+    timing,
+)
 from tests import models
 
 SETTINGS, CHECKED = models.settings()
@@ -109,6 +115,29 @@ def test_the_stopping_rule_reads_unscaled_samples_on_one_factor():
     link = statistics.median(timer._raw_empty)
     assert timer.precise_samples(0) == pytest.approx(
         [max(v - link, 0.0) * 2.0 for v in raw]
+    )
+
+
+def test_a_chain_reads_the_reference_inside_its_last_pass():
+    _, suite = _bricks(models.chain()[0])
+    bricks = [(e.signature, e.brick.build(1)) for e in suite.entries]
+    workload = reference.Reference(size=64, matmuls=2, memory_mib=1)
+
+    def from_python():
+        raise AssertionError("read from Python, not in the chain's pass")
+
+    scale = reference.ReferenceScale(from_python, 1.0, window=1, graph=workload)
+    timer = chain.ChainTimer(
+        bricks, SETTINGS, check_settings=CHECKED, scale=scale
+    )
+    for _ in range(3):
+        timer.sample()
+    # One reading of real work per sample, and each sample scaled by it.
+    assert len(scale.readings) == timer.sample_count == 3
+    assert all(r > 0.001 for r in scale.readings)
+    assert timer._factors == pytest.approx([1 / r for r in scale.readings])
+    assert timer._samples[0] == pytest.approx(
+        [v / r for v, r in zip(timer._raw[0], scale.readings, strict=True)]
     )
 
 

@@ -170,8 +170,9 @@ def test_a_batch_soon_after_a_reading_reuses_its_factor():
 
 
 def test_calibration_is_kept_in_the_store_and_reused(tmp_path):
+    # ONNX Runtime's timers read from Python: a calibration of readings.
     settings = settings_lib.RunSettings(
-        1, 1, 1, onednn=process_lib.onednn_enabled()
+        1, 1, 1, backend="onnxruntime", onednn=process_lib.onednn_enabled()
     )
     fp = system_fingerprint()
     readings = iter([3.0, 1.0, 2.0] + [9.0] * 20)
@@ -212,6 +213,112 @@ def test_a_calibration_leaves_out_its_warm_up():
 def test_bad_state_is_refused():
     with pytest.raises(ValueError, match="state_ms must be positive"):
         reference.ReferenceScale(lambda: 1.0, 0.0)
+
+
+class InGraphTimer(FakeTimer):
+    """A `FakeTimer` that reads the reference inside its own batches."""
+
+    _graph = "in-graph"
+
+    def __init__(self, cost, machine, count=5):
+        super().__init__(cost, machine.slowdown, count)
+        self._machine = machine
+
+    def _take(self, count):
+        self._reading = self._machine.read()  # Beside this batch's samples.
+        return super()._take(count)
+
+
+def _never_read():
+    raise AssertionError("read from Python though the timer reads in-graph")
+
+
+def test_a_reading_inside_the_batch_scales_that_batch():
+    machine = Machine([1.0, 2.0, 3.0, 1.5])
+    scale = reference.ReferenceScale(
+        _never_read, state_ms=2.0, window=1, interval_s=0
+    )
+    timer = InGraphTimer(4.0, machine)
+    timer.scale = scale
+    for _ in range(4):
+        timer.sample()
+    # Each batch ran 1-3x slower, its own reading alike: 4 ms each.
+    assert timer.samples == pytest.approx([4.0] * 20)
+    assert scale.readings == [2.0, 4.0, 6.0, 3.0]
+    # A reading's cost is counted as the timer gives it: a batch's, twice
+    # its ms (the workload runs twice), 2 x 15 ms here.
+    assert scale.summary()["reference_seconds"] == pytest.approx(0.03)
+    assert scale.factor_of(2.0, seconds=0.5) == 1.0
+    assert scale.summary()["reference_seconds"] == pytest.approx(0.53)
+
+
+def test_a_batch_without_a_reading_keeps_the_last_factor():
+    scale = reference.ReferenceScale(_never_read, 2.0, window=3)
+    assert scale.factor_of(0.0) == 1.0  # No factor yet: unscaled.
+    assert scale.factor_of(4.0) == 0.5
+    assert scale.factor_of(0.0) == 0.5
+    # The window's median: of 4 and 1, then of 4, 1 and 2.
+    assert scale.factor_of(1.0) == pytest.approx(2.0 / 2.5)
+    assert scale.factor_of(2.0) == 1.0
+    assert scale.readings == [4.0, 1.0, 2.0]
+
+
+def test_a_state_from_in_graph_readings_is_their_first_median_kept():
+    kept = []
+
+    def keep(state):
+        kept.append(state)
+        return state
+
+    scale = reference.ReferenceScale(
+        _never_read,
+        lambda: None,  # Nothing stored yet.
+        window=1,
+        graph="in-graph",
+        keep=keep,
+        calibration=3,
+    )
+    assert scale.state_ms is None
+    assert scale.summary()["reference_ratio"] is None
+    # Unscaled until three readings; then their median is the state.
+    assert [scale.factor_of(r) for r in (2.0, 4.0, 3.0, 6.0)] == [
+        1.0,
+        1.0,
+        1.0,
+        0.5,
+    ]
+    assert kept == [3.0] and scale.state_ms == 3.0
+
+
+@pytest.mark.parametrize("backend", ["tf", "onnxruntime"])
+def test_a_store_is_calibrated_by_its_first_runs_own_readings(
+    tmp_path, backend
+):
+    settings = settings_lib.RunSettings(
+        1, 1, 1, backend=backend, onednn=process_lib.onednn_enabled()
+    )
+    fp = system_fingerprint()
+    ref = reference.Reference(size=64, matmuls=2, memory_mib=1)
+    in_graph = reference.IN_GRAPH and backend == "tf"
+    with Store(tmp_path / "s.sqlite") as store:
+        scale = reference.ReferenceScale.for_store(
+            ref, store, settings, fp, readings=3, warm_s=0
+        )
+        assert scale.graph is (ref if in_graph else None)
+        if not in_graph:  # Calibrated from back-to-back readings.
+            assert scale.state_ms == store.reference_state(settings, fp)
+            return
+        # TensorFlow's timers read in their calls: the state waits for
+        # the first three of their readings, and the store keeps it.
+        assert scale.state_ms is None
+        for reading in (2.0, 5.0, 4.0):
+            assert scale.factor_of(reading) == 1.0
+        assert store.reference_state(settings, fp) == 4.0
+        assert scale.factor_of(8.0) == pytest.approx(4.0 / 4.5)
+        again = reference.ReferenceScale.for_store(
+            ref, store, settings, fp, readings=3, warm_s=0
+        )
+        assert again.state_ms == 4.0
 
 
 def test_the_workload_times_real_work():

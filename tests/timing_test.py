@@ -7,13 +7,14 @@ tiny models.
 """
 
 import dataclasses
+import statistics
 
 import keras
 import pytest
 from keras import layers
 
 from dlbricks_tf.machine import settings as settings_lib
-from dlbricks_tf.measuring import timing
+from dlbricks_tf.measuring import reference, timing
 from tests import models
 
 # Pools are fixed at TensorFlow's first op: configure them at collection,
@@ -76,6 +77,35 @@ def test_a_sample_call_takes_a_batch_and_runs_s_times_k_calls():
     assert timer.samples[-s:] == tuple(batch)
     assert timer.dispatches == 2
     assert timer.empty_sample_ms >= 0 and timer.dispatch_ms > 0
+
+
+def test_a_timer_reads_the_reference_inside_each_batch_call():
+    x = keras.Input((8,))
+    counter = models.Counter()
+    model = keras.Model(x, layers.Dense(4)(counter(x)))
+    workload = reference.Reference(size=64, matmuls=2, memory_mib=1)
+
+    def from_python():
+        raise AssertionError("read from Python, not in the timer's call")
+
+    scale = reference.ReferenceScale(from_python, 1.0, graph=workload)
+    timer = _timer(model)
+    timer.scale = scale
+    timer.sample()
+    before = int(counter.calls.numpy())
+    timer.sample()
+    # The batch's call runs the model S x K times and the reference too.
+    assert int(counter.calls.numpy()) - before == (
+        timer.samples_per_call * timer.calls_per_sample
+    )
+    # One reading per batch, of real work, and each batch scaled by it.
+    assert len(scale.readings) == timer.dispatches == 2
+    assert all(r > 0.001 for r in scale.readings)
+    assert (
+        timer._factors
+        == [1.0 / scale.readings[0]] * timer.samples_per_call
+        + [1.0 / statistics.median(scale.readings)] * timer.samples_per_call
+    )
 
 
 def test_more_samples_per_call_need_fewer_calls():

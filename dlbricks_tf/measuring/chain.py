@@ -186,9 +186,12 @@ class ChainTimer:
                 self._inputs.append(tf.constant(values[j][np.newaxis]))
         signature = [tf.TensorSpec(x.shape, x.dtype) for x in self._inputs]
         self._inputs.append(tf.zeros([1], tf.float32))  # The empty links'.
+        # The reference is read inside the last pass of each sample.
+        self._graph = getattr(scale, "graph", None)
         self._run = chain_graph.chain_function(
-            models, self._layout, plan, slots, signature
+            models, self._layout, plan, slots, signature, self._graph
         )
+        self._reading = 0.0  # Ms of the last in-graph reading.
         self._concrete = None
         self._n = 0
         self._samples: list[list[float]] = [[] for _ in bricks]
@@ -233,15 +236,24 @@ class ChainTimer:
         """Mean per-call cost of one link (of the empty links, ms)."""
         return math.fsum(self._empty) / len(self._empty) if self._empty else 0.0
 
-    def _call(self, n: int) -> np.ndarray:
-        """Per-pass ms of every link (bricks and empty), over n passes."""
+    def _call(self, n: int, read: bool = False) -> np.ndarray:
+        """Per-pass ms of every link (bricks and empty), over n passes.
+
+        With `read` (and a scale that reads in-graph), the last pass reads
+        the reference after its last link, into `_reading`.
+        """
         if self._concrete is None:  # Traced once; called without the
             # polymorphic function's argument matching (2 of 22 ms a pass of
             # 64 MobileNetV2 bricks).
             self._concrete = self._run.get_concrete_function()
-        sums = self._concrete(self._inputs)[0].numpy()
-        for _ in range(n - 1):
-            sums = sums + self._concrete(self._inputs)[0].numpy()
+        none, twice = tf.constant(0), tf.constant(2)
+        sums = None
+        for i in range(n):
+            reads = twice if read and i == n - 1 else none
+            links, _, reading = self._concrete(self._inputs, reads)
+            sums = links.numpy() if sums is None else sums + links.numpy()
+        if read:
+            self._reading = float(reading.numpy())
         return sums * 1e3 / n
 
     def _prepare(self) -> None:
@@ -260,15 +272,21 @@ class ChainTimer:
     def sample(self) -> None:
         """Takes one sample of every link (`iterations` passes).
 
-        With a `scale`, the reference is read right before the passes and
-        every link is scaled to the machine's reference state
+        With a `scale`, the reference is read (inside the last pass when
+        the scale reads in-graph, else right before the passes) and every
+        link is scaled to the machine's reference state
         (`dlbricks_tf.measuring.reference`).
         """
         if not self._n:
             self._prepare()
         start = time.perf_counter()  # The reading counts as sampling.
-        factor = self.scale.factor() if self.scale is not None else 1.0
-        raw = self._call(self._n).tolist()
+        if self._graph is not None:
+            raw = self._call(self._n, read=True).tolist()
+            # Read twice, the second timed: about twice its ms.
+            factor = self.scale.factor_of(self._reading, 2e-3 * self._reading)
+        else:
+            factor = self.scale.factor() if self.scale is not None else 1.0
+            raw = self._call(self._n).tolist()
         self._sampling_s += time.perf_counter() - start
         self._factors.append(factor)
         for owner, value in zip(self._layout, raw, strict=True):

@@ -5,19 +5,26 @@ minutes at a time (hypervisor steal, a neighbour's memory traffic), and
 nothing inside one timer can tell that slowdown from the brick's own cost.
 `Reference` is a workload that never changes, compute-bound (a chain of
 square matmuls) and memory-bound (a reduction over a buffer several times
-the L2 cache), run on TensorFlow's thread pools like the bricks. It is read
-right before a batch of samples (a chain pass, a whole model's batch, an
-ONNX Runtime batch), at most every `INTERVAL_S`: adjacent in time, not
-concurrent, since two vCPUs have no core to spare.
+the L2 cache), run on TensorFlow's thread pools like the bricks.
+
+TensorFlow's timers run it inside their own calls (`Reference.in_graph`):
+a chain reads it after the last link of each sample's last pass, a
+model's timer after each batch's samples, in the same executor run, on
+pools and caches as the samples left them. ONNX Runtime's timers read it
+from Python right before a batch (`Reference.read`), at most every
+`INTERVAL_S`: adjacent in time, not concurrent, since two vCPUs have no
+core to spare.
 
 `ReferenceScale` turns those readings into a factor: each batch of samples
 is multiplied by `state_ms / r`, where r is the median of the last
-`WINDOW` readings and `state_ms` the machine's reference state, the median
-reading of the first calibration on this machine and these settings, kept
-in the store (`Store.reference_state`). A slowdown that hits a sample and
-its reference alike leaves the scaled sample where it was; a run with a
-steady reference is scaled by about 1. Scaled timings are milliseconds
-"at the reference state": on a quiet machine, what a user measures.
+`WINDOW` readings and `state_ms` the machine's reference state, kept in
+the store per machine and settings (`Store.reference_state`): the median
+of the first readings the store's first timing run took in its timers'
+calls (read from Python: of a calibration of back-to-back readings). A
+slowdown that hits a sample and its reference alike leaves the scaled
+sample where it was; a run with a steady reference is scaled by about 1.
+Scaled timings are milliseconds "at the reference state": what the
+machine ran like in the run that calibrated the store.
 
 Example:
     scale = ReferenceScale.for_store(Reference(), store, settings, fp)
@@ -65,6 +72,14 @@ CALIBRATION_READINGS = 15
 # changes of the machine that last a few seconds or more (a steal episode,
 # another process's run).
 INTERVAL_S = 0.5
+# TensorFlow's timers read the reference inside their own calls, right
+# after their samples (`ReferenceScale.graph`): in the same executor run,
+# on pools and caches in the state the samples left them, where a reading
+# from Python between batches found them in whatever state the gap left
+# (1.2-1.7 ms after 0.3 s idle against 0.6-1.0 back to back), and a
+# process's median reading moved 0.52-1.05x of the state between
+# processes that timed the same models.
+IN_GRAPH = True
 
 
 class Reference:
@@ -90,6 +105,8 @@ class Reference:
         floats = memory_mib * 2**20 // 4
         self._buffer = tf.random.stateless_normal((floats,), (seed, 2))
 
+        self._matmuls = matmuls
+
         @tf.function(
             input_signature=[
                 tf.TensorSpec(self._a.shape, tf.float32),
@@ -97,29 +114,45 @@ class Reference:
             ]
         )
         def read(a, buffer):
-            # Each part depends on the stamp before it by data (a stamp is
-            # never NaN, but no optimiser can prove it), each stamp on the
-            # part before it by a control edge, and the parts' results are
-            # returned: grappler turns work that only feeds control edges
-            # into a NoOp.
-            start = tf.timestamp()
-            x = a + tf.cast(tf.math.is_nan(start), tf.float32)
-            for _ in range(matmuls):
-                x = tf.linalg.matmul(x, a)
-            corner = x[0, 0]
-            with tf.control_dependencies([corner]):
-                middle = tf.timestamp()
-            total = tf.reduce_sum(
-                buffer + tf.cast(tf.math.is_nan(middle), tf.float32)
+            compute, memory, value = _workload(
+                a, buffer, matmuls, tf.timestamp()
             )
-            with tf.control_dependencies([total]):
-                end = tf.timestamp()
-            return (middle - start) * 1e3, (end - middle) * 1e3, corner + total
+            return compute, memory, value
 
         self._read = read.get_concrete_function()
         self.seconds = 0.0  # Wall-clock spent reading.
         self.read()  # Traced and warmed up.
         self.seconds = 0.0
+
+    def in_graph(self, after, times):
+        """The workload as ops of a traced function (a timer's own call).
+
+        Runs the workload `times` times (an int32 scalar tensor; 0: not at
+        all), the first after `after` (a tensor) and each after the one
+        before; returns (ms of the last run's compute and memory parts,
+        float64; 0 if none ran, and a float32 scalar 0.0 that depends on
+        the last run by data, for the caller to add to a result it
+        returns so that the workload is live). Run twice, as `read` does,
+        the second run finds its operands in the caches.
+        """
+        import tensorflow as tf
+
+        a, buffer, matmuls = self._a, self._buffer, self._matmuls
+
+        def body(i, ms, carried):
+            with tf.control_dependencies([carried]):
+                start = tf.timestamp()
+            compute, memory, value = _workload(a, buffer, matmuls, start)
+            return i + 1, compute + memory, _zero_of(value)
+
+        zero = _zero_of(after)
+        _, ms, carried = tf.while_loop(
+            lambda i, ms, carried: i < times,
+            body,
+            (tf.constant(0), tf.constant(0.0, tf.float64), zero),
+            parallel_iterations=1,
+        )
+        return ms, carried
 
     def read(self) -> float:
         """One reading, ms: the compute part plus the memory part.
@@ -155,6 +188,16 @@ class ReferenceScale:
         first: Readings the first factor is the median of, at least.
         first_s: The first factor reads for this long, at least (and
             `first` readings); `for_store` passes `FIRST_S`.
+        graph: The `Reference` whose workload TensorFlow's timers run
+            inside their own calls, right after their samples
+            (`Reference.in_graph`), and hand to `factor_of`; None: every
+            batch is scaled by `factor`, read before it.
+        keep: With `graph`, when `state_ms()` returns None (no state
+            yet): the state is the median of the first `calibration`
+            readings handed to `factor_of`, passed to `keep`, which
+            returns the state to use (`for_store` stores it); batches
+            before it are not scaled.
+        calibration: Readings such a state is the median of.
     """
 
     def __init__(
@@ -166,7 +209,13 @@ class ReferenceScale:
         clock: Callable[[], float] = time.perf_counter,
         first: int = 1,
         first_s: float = 0.0,
+        graph: Reference | None = None,
+        keep: Callable[[float], float] | None = None,
+        calibration: int = CALIBRATION_READINGS,
     ) -> None:
+        self.graph = graph
+        self._keep = keep
+        self._calibration = max(1, int(calibration))
         self._state: float | None = None
         self._find_state = state_ms if callable(state_ms) else None
         if self._find_state is None:
@@ -182,10 +231,18 @@ class ReferenceScale:
         self.seconds = 0.0  # Wall-clock spent reading, calibration apart.
 
     @property
-    def state_ms(self) -> float:
-        """The reference state, ms (found now if it was not yet)."""
+    def state_ms(self) -> float | None:
+        """The reference state, ms (found now if it was not yet).
+
+        None while a state taken from in-graph readings (`keep`) waits
+        for its readings.
+        """
         if self._state is None:
-            self._state = _checked(self._find_state())
+            found = self._find_state()
+            if found is None and self._keep is None:
+                raise ValueError("No reference state, and none to calibrate.")
+            if found is not None:
+                self._state = _checked(found)
         return self._state
 
     @classmethod
@@ -221,21 +278,39 @@ class ReferenceScale:
 
         The reference state is read from the store; a store without one
         for these settings and machine is given the median of `readings`
-        readings. Both happen when the state is first needed (the first
-        batch, or `state_ms`), so that a command stopped before it times
-        anything (a model that does not load) leaves the store as it was.
+        readings: on TensorFlow (with `IN_GRAPH`), the first that its
+        timers take inside their calls, the batches before them
+        unscaled; else a calibration of back-to-back readings after
+        `warm_s` of warm-up, when the state is first needed (the first
+        batch, or `state_ms`). Either way a command stopped before it
+        times anything (a model that does not load) leaves the store as
+        it was.
         """
 
+        def stored() -> float | None:
+            return store.reference_state(settings, fingerprint)
+
+        def keep(state: float) -> float:
+            return store.put_reference_state(settings, fingerprint, state)
+
         def state() -> float:
-            found = store.reference_state(settings, fingerprint)
+            found = stored()
             if found is None:
-                found = store.put_reference_state(
-                    settings,
-                    fingerprint,
-                    cls.calibrate(reference.read, readings, warm_s=warm_s),
+                found = keep(
+                    cls.calibrate(reference.read, readings, warm_s=warm_s)
                 )
             return found
 
+        if IN_GRAPH and settings.backend == "tf":
+            return cls(
+                reference.read,
+                stored,
+                first=WINDOW,
+                first_s=FIRST_S,
+                graph=reference,
+                keep=keep,
+                calibration=readings,
+            )
         return cls(reference.read, state, first=WINDOW, first_s=FIRST_S)
 
     def factor(self) -> float:
@@ -264,7 +339,40 @@ class ReferenceScale:
             self.readings.append(self._read())
             self.seconds += self._clock() - now
             current = stats.median(self.readings[-self._window :])
-        factor = self.state_ms / current if current > 0 else 1.0
+        state = self._state_from_readings()
+        if state is None:
+            return 1.0
+        factor = state / current if current > 0 else 1.0
+        self._last = (self._clock(), factor)
+        return factor
+
+    def _state_from_readings(self) -> float | None:
+        """The state; a pending one is the first readings' median, kept."""
+        state = self.state_ms
+        if state is None:  # A first state, from this run's own readings.
+            if len(self.readings) < self._calibration:
+                return None
+            first = stats.median(self.readings[: self._calibration])
+            state = self._state = _checked(self._keep(first))
+        return state
+
+    def factor_of(self, reading_ms: float, seconds: float = 0.0) -> float:
+        """State / recent readings, `reading_ms` the latest (read in-graph).
+
+        For a batch whose timer read the reference inside its own call
+        (`graph`): the reading joins the window and the batch is scaled by
+        the window's median, as `factor` does with its own readings.
+        `seconds` is what the reading cost, for `summary`.
+        """
+        self.seconds += seconds
+        if not reading_ms > 0:
+            return self._last[1] if self._last is not None else 1.0
+        self.readings.append(float(reading_ms))
+        state = self._state_from_readings()
+        if state is None:
+            return 1.0
+        current = stats.median(self.readings[-self._window :])
+        factor = state / current
         self._last = (self._clock(), factor)
         return factor
 
@@ -280,11 +388,13 @@ class ReferenceScale:
             readings over their median (how far the machine moved during
             the run), and reference_seconds, the wall-clock spent
             reading. The median, ratio and spread are None without
-            readings.
+            readings; the state and ratio are None while the state waits
+            for its readings.
         """
+        state = self.state_ms
         if not self.readings:
             return {
-                "reference_state_ms": self._state,
+                "reference_state_ms": state,
                 "reference_median_ms": None,
                 "reference_readings": 0,
                 "reference_ratio": None,
@@ -298,10 +408,10 @@ class ReferenceScale:
             return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
 
         return {
-            "reference_state_ms": self.state_ms,
+            "reference_state_ms": state,
             "reference_median_ms": median,
             "reference_readings": len(ordered),
-            "reference_ratio": median / self.state_ms,
+            "reference_ratio": None if state is None else median / state,
             "reference_spread": (quantile(0.9) - quantile(0.1)) / 2 / median,
             "reference_seconds": self.seconds,
         }
@@ -313,3 +423,33 @@ def _checked(state_ms: float) -> float:
             f"state_ms must be positive. Received: state_ms={state_ms!r}"
         )
     return float(state_ms)
+
+
+def _workload(a, buffer, matmuls: int, start):
+    """The reference's ops after the stamp `start` (a float64 scalar).
+
+    Returns (compute ms, memory ms, a float32 value of the work). Each
+    part depends on the stamp before it by data (a stamp is never NaN, but
+    no optimiser can prove it), each stamp on the part before it by a
+    control edge, and the parts' results are returned: grappler turns
+    work that only feeds control edges into a NoOp.
+    """
+    import tensorflow as tf
+
+    x = a + tf.cast(tf.math.is_nan(start), tf.float32)
+    for _ in range(matmuls):
+        x = tf.linalg.matmul(x, a)
+    corner = x[0, 0]
+    with tf.control_dependencies([corner]):
+        middle = tf.timestamp()
+    total = tf.reduce_sum(buffer + tf.cast(tf.math.is_nan(middle), tf.float32))
+    with tf.control_dependencies([total]):
+        end = tf.timestamp()
+    return (middle - start) * 1e3, (end - middle) * 1e3, corner + total
+
+
+def _zero_of(t):
+    """0.0 (float32) computed from `t`: a data dependency no optimiser folds."""
+    import tensorflow as tf
+
+    return tf.cast(tf.math.is_nan(t), tf.float32)

@@ -184,6 +184,11 @@ class AdaptiveSampling:
     # A `reference.ReferenceScale`, or None: each batch is scaled to the
     # machine's reference state, read right before it.
     scale = None
+    # The `reference.Reference` the subclass reads inside its own calls
+    # (`Timer`, when its scale reads in-graph): `_take` then leaves the
+    # reading's ms in `_reading`, and the batch is scaled by it.
+    _graph = None
+    _reading = 0.0
     _samples: list[float]
     _sampling_s: float
     _prepare_s: float
@@ -321,8 +326,10 @@ class AdaptiveSampling:
 
         The batch has S samples, fewer if `max_samples` is closer; the
         first call prepares the timer first. With a `scale`, the reference
-        is read right before the batch and the batch is scaled to the
-        machine's reference state (`dlbricks_tf.measuring.reference`).
+        is read (inside the batch's call, after its samples, when the
+        timer reads in-graph; else right before it) and the batch is
+        scaled to the machine's reference state
+        (`dlbricks_tf.measuring.reference`).
         """
         if not self._n:
             start = time.perf_counter()
@@ -331,10 +338,15 @@ class AdaptiveSampling:
             finally:
                 self._prepare_s = time.perf_counter() - start
         count = self._batch_count()
-        factor = self.scale.factor() if self.scale is not None else 1.0
+        graph = self._graph is not None
+        factor = 1.0
+        if self.scale is not None and not graph:
+            factor = self.scale.factor()
         start = time.perf_counter()
         batch = self._take(count)
         self._sampling_s += time.perf_counter() - start
+        if graph:  # Read twice, the second timed: about twice its ms.
+            factor = self.scale.factor_of(self._reading, 2e-3 * self._reading)
         if factor != 1.0:
             batch = [v * factor for v in batch]
         # Each sample's factor, for `settled` (subclasses set `_samples`).

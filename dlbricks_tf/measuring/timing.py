@@ -195,9 +195,11 @@ class Timer(AdaptiveSampling):
                 f"{str(e).strip().splitlines()[0] if str(e).strip() else ''}"
                 "; use a smaller --batch_size."
             ) from e
-        self._run = timing_loop.sampled_function(
-            models, specs, input_copies, settings.jit_compile
-        )
+        # Traced at the first call, with the scale set by then: a scale
+        # that reads in-graph puts its reference in the same function.
+        self._loop_args = (models, specs, input_copies, settings.jit_compile)
+        self._run = None
+        self._reading = 0.0  # Ms of the last in-graph reading.
         self._samples: list[float] = []
         self._sampling_s = 0.0
         self._dispatches = 0
@@ -208,15 +210,35 @@ class Timer(AdaptiveSampling):
         self._empty_ms = 0.0
         self._loop_ms = 0.0
 
-    def durations_ms(self, iterations: int, samples: int) -> list[float]:
+    @property
+    def _graph(self):
+        """The reference this timer reads in its own calls, or None."""
+        return getattr(self.scale, "graph", None)
+
+    def durations_ms(
+        self, iterations: int, samples: int, read: bool = False
+    ) -> list[float]:
         """Runs one call of `samples` samples; returns their raw durations.
 
         Each sample runs `iterations` loop iterations of
-        `calls_per_iteration` model calls; nothing is subtracted.
+        `calls_per_iteration` model calls; nothing is subtracted. With
+        `read` (and a scale that reads in-graph), the call reads the
+        reference after its samples, into `_reading`.
         """
-        durations, _ = self._run(
-            self._inputs, tf.constant(iterations), tf.constant(samples)
-        )
+        graph = self._graph
+        if self._run is None:
+            self._run = timing_loop.sampled_function(
+                *self._loop_args, reference=graph
+            )
+        args = [self._inputs, tf.constant(iterations), tf.constant(samples)]
+        if graph is None:
+            durations, _ = self._run(*args)
+        else:
+            durations, _, reading = self._run(
+                *args, tf.constant(2 if read else 0)
+            )
+            if read:
+                self._reading = float(reading.numpy())
         return (durations.numpy() * 1e3).tolist()
 
     def run_ms(self, iterations: int) -> float:
@@ -273,7 +295,7 @@ class Timer(AdaptiveSampling):
         return f"model {self.model.name!r}"
 
     def _take(self, count: int) -> list[float]:
-        durations = self.durations_ms(self._n, count)
+        durations = self.durations_ms(self._n, count, read=True)
         self._dispatches += 1
         calls = self.calls_per_sample
         return [
