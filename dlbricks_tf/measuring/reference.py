@@ -76,9 +76,11 @@ INTERVAL_S = 0.5
 # after their samples (`ReferenceScale.graph`): in the same executor run,
 # on pools and caches in the state the samples left them, where a reading
 # from Python between batches found them in whatever state the gap left
-# (1.2-1.7 ms after 0.3 s idle against 0.6-1.0 back to back), and a
-# process's median reading moved 0.52-1.05x of the state between
-# processes that timed the same models.
+# (1.2-1.7 ms after 0.3 s idle against 0.6-1.0 back to back): a
+# process's median reading moved 0.55-1.44x of the state between the
+# processes of one store, against 10% read in the calls, and later runs
+# on a reused store read 12/16 within ±10% against 5/16 (7/16 without
+# the reference; docs/history/2026-12-03.md). False: read from Python.
 IN_GRAPH = True
 
 
