@@ -192,6 +192,11 @@ class ChainTimer:
             models, self._layout, plan, slots, signature, self._graph
         )
         self._reading = 0.0  # Ms of the last in-graph reading.
+        # The `reads` input of a pass: none, or a reading's runs.
+        self._reads = (
+            tf.constant(0),
+            tf.constant(self._graph.RUNS if self._graph is not None else 0),
+        )
         self._concrete = None
         self._n = 0
         self._samples: list[list[float]] = [[] for _ in bricks]
@@ -246,10 +251,9 @@ class ChainTimer:
             # polymorphic function's argument matching (2 of 22 ms a pass of
             # 64 MobileNetV2 bricks).
             self._concrete = self._run.get_concrete_function()
-        none, twice = tf.constant(0), tf.constant(2)
         sums = None
         for i in range(n):
-            reads = twice if read and i == n - 1 else none
+            reads = self._reads[read and i == n - 1]
             links, _, reading = self._concrete(self._inputs, reads)
             sums = links.numpy() if sums is None else sums + links.numpy()
         if read:
@@ -282,8 +286,7 @@ class ChainTimer:
         start = time.perf_counter()  # The reading counts as sampling.
         if self._graph is not None:
             raw = self._call(self._n, read=True).tolist()
-            # Read twice, the second timed: about twice its ms.
-            factor = self.scale.factor_of(self._reading, 2e-3 * self._reading)
+            factor = self.scale.factor_of(self._reading)
         else:
             factor = self.scale.factor() if self.scale is not None else 1.0
             raw = self._call(self._n).tolist()

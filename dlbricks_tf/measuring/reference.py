@@ -87,12 +87,18 @@ IN_GRAPH = True
 class Reference:
     """The reference workload on TensorFlow: one reading is a few ms.
 
+    A reading runs the workload `RUNS` times back to back and times the
+    last run, from Python (`read`) or inside a timer's call (`in_graph`).
+
     Args:
         size: Side of the square matrices of the compute part.
         matmuls: Chained matmuls per reading.
         memory_mib: Size of the buffer the memory part reduces.
         seed: Seed of the fixed inputs.
     """
+
+    # The first run brings the operands back into the caches.
+    RUNS = 2
 
     def __init__(
         self,
@@ -134,10 +140,12 @@ class Reference:
         before; returns (ms of the last run's compute and memory parts,
         float64; 0 if none ran, and a float32 scalar 0.0 that depends on
         the last run by data, for the caller to add to a result it
-        returns so that the workload is live). Run twice, as `read` does,
-        the second run finds its operands in the caches.
+        returns so that the workload is live). Run `RUNS` times, as
+        `read` does, the last run finds its operands in the caches.
         """
         import tensorflow as tf
+
+        from dlbricks_tf.measuring.timing_loop import zero_after
 
         a, buffer, matmuls = self._a, self._buffer, self._matmuls
 
@@ -145,9 +153,9 @@ class Reference:
             with tf.control_dependencies([carried]):
                 start = tf.timestamp()
             compute, memory, value = _workload(a, buffer, matmuls, start)
-            return i + 1, compute + memory, _zero_of(value)
+            return i + 1, compute + memory, zero_after(value)
 
-        zero = _zero_of(after)
+        zero = zero_after(after)
         _, ms, carried = tf.while_loop(
             lambda i, ms, carried: i < times,
             body,
@@ -168,7 +176,8 @@ class Reference:
         ran before them rather than with the machine.
         """
         start = time.perf_counter()
-        self._read(self._a, self._buffer)
+        for _ in range(self.RUNS - 1):
+            self._read(self._a, self._buffer)
         compute, memory, _ = self._read(self._a, self._buffer)
         value = float(compute.numpy()) + float(memory.numpy())
         self.seconds += time.perf_counter() - start
@@ -358,14 +367,19 @@ class ReferenceScale:
             state = self._state = _checked(self._keep(first))
         return state
 
-    def factor_of(self, reading_ms: float, seconds: float = 0.0) -> float:
+    def factor_of(
+        self, reading_ms: float, seconds: float | None = None
+    ) -> float:
         """State / recent readings, `reading_ms` the latest (read in-graph).
 
         For a batch whose timer read the reference inside its own call
         (`graph`): the reading joins the window and the batch is scaled by
         the window's median, as `factor` does with its own readings.
-        `seconds` is what the reading cost, for `summary`.
+        `seconds` is what the reading cost, for `summary`; by default
+        `Reference.RUNS` times its ms (the workload ran that many times).
         """
+        if seconds is None:
+            seconds = Reference.RUNS * max(reading_ms, 0.0) / 1e3
         self.seconds += seconds
         if not reading_ms > 0:
             return self._last[1] if self._last is not None else 1.0
@@ -448,10 +462,3 @@ def _workload(a, buffer, matmuls: int, start):
     with tf.control_dependencies([total]):
         end = tf.timestamp()
     return (middle - start) * 1e3, (end - middle) * 1e3, corner + total
-
-
-def _zero_of(t):
-    """0.0 (float32) computed from `t`: a data dependency no optimiser folds."""
-    import tensorflow as tf
-
-    return tf.cast(tf.math.is_nan(t), tf.float32)

@@ -345,8 +345,8 @@ class AdaptiveSampling:
         start = time.perf_counter()
         batch = self._take(count)
         self._sampling_s += time.perf_counter() - start
-        if graph:  # Read twice, the second timed: about twice its ms.
-            factor = self.scale.factor_of(self._reading, 2e-3 * self._reading)
+        if graph:
+            factor = self.scale.factor_of(self._reading)
         if factor != 1.0:
             batch = [v * factor for v in batch]
         # Each sample's factor, for `settled` (subclasses set `_samples`).

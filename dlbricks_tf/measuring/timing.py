@@ -199,7 +199,6 @@ class Timer(AdaptiveSampling):
         # that reads in-graph puts its reference in the same function.
         self._loop_args = (models, specs, input_copies, settings.jit_compile)
         self._run = None
-        self._reading = 0.0  # Ms of the last in-graph reading.
         self._samples: list[float] = []
         self._sampling_s = 0.0
         self._dispatches = 0
@@ -235,7 +234,7 @@ class Timer(AdaptiveSampling):
             durations, _ = self._run(*args)
         else:
             durations, _, reading = self._run(
-                *args, tf.constant(2 if read else 0)
+                *args, tf.constant(graph.RUNS if read else 0)
             )
             if read:
                 self._reading = float(reading.numpy())

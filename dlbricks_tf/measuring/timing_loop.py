@@ -143,7 +143,7 @@ def looped_function(
     return run
 
 
-def _zero_after(t: tf.Tensor) -> tf.Tensor:
+def zero_after(t: tf.Tensor) -> tf.Tensor:
     """0.0, computed from `t`: adding it makes a data dependency on `t`.
 
     No optimiser can prove a timestamp is not NaN, so this is not folded.
@@ -222,12 +222,12 @@ def sampled_function(
                 now = tf.timestamp()
             slot = (i + steps) // steps
             stamps = tf.tensor_scatter_nd_update(stamps, [[slot]], [now])
-            return i + 1, acc + _zero_after(now), xs, stamps
+            return i + 1, acc + zero_after(now), xs, stamps
 
         _, acc, _, stamps = tf.while_loop(
             lambda i, acc, xs, stamps: i < steps * s,
             step,
-            (tf.constant(0), _zero_after(first), xs, stamps),
+            (tf.constant(0), zero_after(first), xs, stamps),
             parallel_iterations=1,
         )
         return stamps[1:] - stamps[:-1], acc
