@@ -314,8 +314,7 @@ def test_a_store_is_calibrated_by_its_first_runs_own_readings(
         for reading in (2.0, 5.0, 4.0):
             assert scale.factor_of(reading) == 1.0
         assert store.reference_state(settings, fp) == 4.0
-        # A reading in a call scales its batch alone (IN_CALL_WINDOW).
-        assert scale.factor_of(8.0) == pytest.approx(4.0 / 8.0)
+        assert scale.factor_of(8.0) == pytest.approx(4.0 / 4.5)
         again = reference.ReferenceScale.for_store(
             ref, store, settings, fp, readings=3, warm_s=0
         )

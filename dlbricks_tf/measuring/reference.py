@@ -16,9 +16,8 @@ from Python right before a batch (`Reference.read`), at most every
 core to spare.
 
 `ReferenceScale` turns those readings into a factor: each batch of samples
-is multiplied by `state_ms / r`, where r is the reading its timer took
-in its call (read from Python: the median of the last `WINDOW` readings)
-and `state_ms` the machine's reference state, kept in
+is multiplied by `state_ms / r`, where r is the median of the last
+`WINDOW` readings and `state_ms` the machine's reference state, kept in
 the store per machine and settings (`Store.reference_state`): the median
 of the first readings the store's first timing run took in its timers'
 calls (read from Python: of a calibration of back-to-back readings). A
@@ -50,15 +49,6 @@ from dlbricks_tf import stats
 # process's run, a host that runs 1.5x slower for minutes), which a
 # longer window still follows.
 WINDOW = 9
-# A batch whose timer read the reference inside its own call is scaled by
-# that reading alone. Read there, right after the batch's samples, a
-# reading's moves are the machine's: measured side by side on the same
-# batches (`python -m benchmarks.scale_rules`, four processes of four
-# models measured three times each), one reading left measurements
-# minutes apart 6.1% apart (SD of logs), beside a CPU spinner 7.3% and a
-# memory streamer 10.4%, against 7.3%, 9.4% and 13.6% with the median of
-# the last WINDOW readings, and 12-23% unscaled.
-IN_CALL_WINDOW = 1
 # The first factor of a scale (a process's first batch) is the median of
 # readings taken back to back for FIRST_S seconds (at least WINDOW): with
 # one reading, a command that times little (`measure` of one model, a
@@ -331,7 +321,6 @@ class ReferenceScale:
             return cls(
                 reference.read,
                 stored,
-                window=IN_CALL_WINDOW,
                 first=WINDOW,
                 first_s=FIRST_S,
                 graph=reference,
@@ -390,8 +379,7 @@ class ReferenceScale:
 
         For a batch whose timer read the reference inside its own call
         (`graph`): the reading joins the window and the batch is scaled by
-        the window's median, as `factor` does with its own readings
-        (`for_store` gives such a scale a window of `IN_CALL_WINDOW`).
+        the window's median, as `factor` does with its own readings.
         `seconds` is what the reading cost, for `summary`; by default
         `Reference.RUNS` times its ms (the workload ran that many times).
         """
