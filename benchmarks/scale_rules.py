@@ -17,7 +17,9 @@ the median of its scaled batches. Per rule and model it prints, as the
 standard deviation of the measurements' logs (x100, so about a
 percentage): within a process (across rounds), between the processes'
 means, and of all measurements. A rule that cancels the machine's drift
-leaves the smallest spread; `raw` shows how far the host moved.
+leaves the smallest spread; `raw` shows how far the host moved. Then,
+per model, how its batches move with their readings (the correlation and
+slope of their logs, batch by batch).
 
 A uniform slowdown that hits a batch and its readings alike leaves the
 window rules' measurements unchanged (tests/scale_rules_test.py); a rule
@@ -28,6 +30,7 @@ Usage:
     python -m benchmarks.scale_rules --out=dlbricks_out/scale_rules
     python -m benchmarks.scale_rules --neighbour=memory --processes=4 \
         --repeats=3 --out=dlbricks_out/scale_rules_memory
+    python -m benchmarks.scale_rules --evaluate --out=dlbricks_out/scale_rules
 """
 
 from __future__ import annotations
@@ -57,6 +60,12 @@ _PROCESSES = flags.DEFINE_integer(
 )
 _BATCHES = flags.DEFINE_integer(
     "batches", 20, "Batches per measurement.", lower_bound=1
+)
+_EVALUATE = flags.DEFINE_bool(
+    "evaluate",
+    False,
+    "Time nothing: evaluate the rules on the processes' files already in "
+    "--out (--processes of them).",
 )
 _WORKER = flags.DEFINE_integer(
     "worker", None, "Internal: measure as process N into --out."
@@ -124,6 +133,37 @@ def spreads(logs: dict[int, list[float]]) -> tuple[float, float, float]:
     between = statistics.stdev(statistics.fmean(v) for v in logs.values())
     every = statistics.stdev(x for v in logs.values() for x in v)
     return within, between, every
+
+
+def coupling(processes: Sequence[Sequence[dict]]) -> str:
+    """How the batches move with their readings: per model, the
+    correlation and slope of log raw on log reading, batch by batch (all
+    processes' batches pooled, each process's logs centred)."""
+    lines = [
+        "| model | batches | correlation | slope |",
+        "|---|---:|---:|---:|",
+    ]
+    models = list(dict.fromkeys(r["model"] for r in processes[0]))
+    for m in models:
+        xs, ys = [], []
+        for rows in processes:
+            mine = [r for r in rows if r["model"] == m]
+            x = [math.log(r["reading"]) for r in mine]
+            y = [math.log(r["raw"]) for r in mine]
+            mx, my = statistics.fmean(x), statistics.fmean(y)
+            xs += [v - mx for v in x]
+            ys += [v - my for v in y]
+        sxy = sum(a * b for a, b in zip(xs, ys, strict=True))
+        sxx, syy = sum(a * a for a in xs), sum(b * b for b in ys)
+        r = sxy / math.sqrt(sxx * syy) if sxx and syy else math.nan
+        slope = sxy / sxx if sxx else math.nan
+        lines.append(f"| {m} | {len(xs)} | {r:.2f} | {slope:.2f} |")
+    readings = [math.log(r["reading"]) for rows in processes for r in rows]
+    lines.append(
+        f"\nReadings: SD of their logs {100 * statistics.stdev(readings):.1f}"
+        f" (x100), median {math.exp(statistics.median(readings)):.3f} ms."
+    )
+    return "\n".join(lines)
 
 
 def table(processes: Sequence[Sequence[dict]]) -> str:
@@ -246,6 +286,23 @@ def main(argv: list[str]) -> None:
     if _WORKER.value is not None:
         _measure(_WORKER.value, out)
         return
+    if not _EVALUATE.value:
+        _run_processes(out)
+    files = [out / f"p{p}.json" for p in range(_PROCESSES.value)]
+    missing = [str(f) for f in files if not f.is_file()]
+    if missing:
+        sys.exit(
+            f"scale_rules: no batches in {', '.join(missing)}; run without "
+            "--evaluate (or with the --processes and --out it ran with)."
+        )
+    processes = [json.loads(f.read_text()) for f in files]
+    print(table(processes))
+    print()
+    print(coupling(processes))
+
+
+def _run_processes(out: Path) -> None:
+    """--processes workers one after another, beside the --neighbour."""
     from dlbricks_tf.measuring.steal import StealMeter
 
     meter = StealMeter()
@@ -270,10 +327,6 @@ def main(argv: list[str]) -> None:
                 sys.exit(f"process {p} failed:\n{done.stderr}")
             meter.tick()
     meter.stop()
-    processes = [
-        json.loads((out / f"p{p}.json").read_text())
-        for p in range(_PROCESSES.value)
-    ]
     steal = meter.total_share
     print(
         f"{began}; {_PROCESSES.value} processes x "
@@ -282,7 +335,6 @@ def main(argv: list[str]) -> None:
         f"{neighbour_flags.NEIGHBOUR.value}; steal "
         + ("n/a" if steal is None else f"{100 * steal:.1f}%")
     )
-    print(table(processes))
 
 
 if __name__ == "__main__":

@@ -90,5 +90,15 @@ def test_the_table_has_a_row_per_rule():
     assert rows[1].endswith("| 0.0 |")  # own reading: every slowdown shared.
 
 
+def test_coupling_is_the_slope_and_correlation_of_the_logs():
+    # Each batch runs the square root of its reading's slowdown slower.
+    rows = [
+        {"model": "a", "round": 0, "raw": 10.0 * s**0.5, "reading": 2.0 * s}
+        for s in (1.0, 1.5, 2.0, 4.0)
+    ]
+    table = scale_rules.coupling([rows, rows[::-1]])
+    assert "| a | 8 | 1.00 | 0.50 |" in table.splitlines()
+
+
 if __name__ == "__main__":
     raise SystemExit(pytest.main([__file__, "-q"]))
