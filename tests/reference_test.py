@@ -329,6 +329,11 @@ def test_the_workload_times_real_work():
     assert all(v > 0.001 for v in values)
     assert ref.seconds > 0
     assert stats.median(values) > 0
+    # In its parts: each runs between its own stamps, and is counted.
+    before = ref.seconds
+    compute, memory = ref.parts()
+    assert compute > 0.0005 and memory > 0.0005
+    assert ref.seconds > before
 
 
 if __name__ == "__main__":
