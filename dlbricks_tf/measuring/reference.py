@@ -355,6 +355,11 @@ class ReferenceScale:
             self.readings.append(self._read())
             self.seconds += self._clock() - now
             current = stats.median(self.readings[-self._window :])
+        return self._factor_for(current)
+
+    def _factor_for(self, current: float) -> float:
+        """State / `current`, kept as the last factor; 1 while the state
+        waits for its readings, or if `current` is not positive."""
         state = self._state_from_readings()
         if state is None:
             return 1.0
@@ -389,13 +394,7 @@ class ReferenceScale:
         if not reading_ms > 0:
             return self._last[1] if self._last is not None else 1.0
         self.readings.append(float(reading_ms))
-        state = self._state_from_readings()
-        if state is None:
-            return 1.0
-        current = stats.median(self.readings[-self._window :])
-        factor = state / current
-        self._last = (self._clock(), factor)
-        return factor
+        return self._factor_for(stats.median(self.readings[-self._window :]))
 
     def summary(self) -> dict[str, float | int | None]:
         """The state and the spread of this run's readings.
