@@ -10,16 +10,17 @@ Each of --processes processes (one after another, beside the --neighbour)
 builds one `Timer` per model of --models, its reference read inside its
 calls as `run` reads it, and measures every model --repeats times in turn,
 --batches batches each: a model measured again a minute later, and in
-another process. Every batch keeps its raw median, its in-call reading,
-and the compute and memory parts of a reading taken from Python right
-after it. Each rule then scales the same batches, and a measurement is
-the median of its scaled batches. Per rule and model it prints, as the
-standard deviation of the measurements' logs (x100, so about a
-percentage): within a process (across rounds), between the processes'
-means, and of all measurements. A rule that cancels the machine's drift
-leaves the smallest spread; `raw` shows how far the host moved. Then,
-per model, how its batches move with their readings (the correlation and
-slope of their logs, batch by batch).
+another process. Every batch keeps its raw median, its in-call reading (of
+the scale's workload, `reference.WORKLOAD`), and, read from Python right
+after it, the compute and memory parts of the matmul-reduce workload and a
+reading of the conv block. Each rule then scales the same batches, and a
+measurement is the median of its scaled batches. Per rule and model it
+prints, as the standard deviation of the measurements' logs (x100, so
+about a percentage): within a process (across rounds), between the
+processes' means, and of all measurements. A rule that cancels the
+machine's drift leaves the smallest spread; `raw` shows how far the host
+moved. Then, per model, how its batches move with their readings (the
+correlation and slope of their logs, batch by batch).
 
 A uniform slowdown that hits a batch and its readings alike leaves the
 window rules' measurements unchanged (tests/scale_rules_test.py); a rule
@@ -189,43 +190,6 @@ def _models() -> list[str]:
     return model_flags.MODELS.value or list(MODELS)
 
 
-def _conv_block() -> Callable[[], float]:
-    """A candidate reference shaped like the bricks: a MobileNetV2-like
-    block at batch 1 (1x1 expand, BatchNormalization, ReLU6, 3x3
-    depthwise, 1x1 project) and a 3x3 convolution, fixed weights, timed
-    inside its own call; returns a function that reads its ms."""
-    import keras
-    import tensorflow as tf
-
-    keras.utils.set_random_seed(0)
-    layers = keras.layers
-    x_in = keras.Input((28, 28, 32), batch_size=1)
-    y = layers.Conv2D(192, 1, use_bias=False)(x_in)
-    y = layers.ReLU(6.0)(layers.BatchNormalization()(y))
-    y = layers.DepthwiseConv2D(3, padding="same", use_bias=False)(y)
-    y = layers.ReLU(6.0)(layers.BatchNormalization()(y))
-    y = layers.Conv2D(32, 1, use_bias=False)(y)
-    y = layers.Conv2D(32, 3, padding="same")(layers.Add()([x_in, y]))
-    model = keras.Model(x_in, y)
-    x = tf.random.stateless_normal((1, 28, 28, 32), (0, 3))
-
-    @tf.function
-    def timed(x):
-        start = tf.timestamp()
-        x = x + tf.cast(tf.math.is_nan(start), tf.float32)
-        y = model(x, training=False)
-        with tf.control_dependencies([y]):
-            end = tf.timestamp()
-        return (end - start) * 1e3, y[0, 0, 0, 0]
-
-    def read() -> float:
-        ms, _ = timed(x)
-        return float(ms.numpy())
-
-    read()
-    return read
-
-
 def _measure(index: int, out: Path) -> None:
     """One process: its timers, then rounds of batches, into pN.json."""
     from dlbricks_tf.machine import process as process_lib
@@ -242,8 +206,9 @@ def _measure(index: int, out: Path) -> None:
     from dlbricks_tf import stats
     from dlbricks_tf.measuring import reference, timing
 
-    ref = reference.Reference()
-    block = _conv_block()
+    ref = reference.Reference()  # The scale's, read in the timers' calls.
+    parts = reference.Reference("matmul-reduce")
+    block = reference.Reference("conv-block")
     # The state is 1: the rules' spreads do not depend on it.
     scale = reference.ReferenceScale(ref.read, 1.0, graph=ref)
     timers = []
@@ -259,9 +224,8 @@ def _measure(index: int, out: Path) -> None:
         for name, t in timers:
             for _ in range(_BATCHES.value):
                 durations = t.durations_ms(t._n, t._batch_count(), read=True)
-                compute, memory = ref.parts()
-                block()
-                block_ms = block()
+                compute, memory = parts.parts()
+                block_ms = block.read()
                 rows.append(
                     {
                         "model": name,

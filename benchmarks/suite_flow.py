@@ -128,10 +128,11 @@ def _share_reference_state(source: Path, target: Path) -> None:
     settings, fp = _key()
     with Store(source) as store:
         state = store.reference_state(settings, fp)
+        workload = store.reference_workload(settings, fp)
     if state is None:
         sys.exit(f"{source} holds no reference state for {settings.key()}.")
     with Store(target) as store:
-        store.put_reference_state(settings, fp, state)
+        store.put_reference_state(settings, fp, state, workload)
 
 
 def _flow(run: int, out: Path, recipes: list[Path]) -> dict:

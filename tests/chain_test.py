@@ -121,7 +121,9 @@ def test_the_stopping_rule_reads_unscaled_samples_on_one_factor():
 def test_a_chain_reads_the_reference_inside_its_last_pass():
     _, suite = _bricks(models.chain()[0])
     bricks = [(e.signature, e.brick.build(1)) for e in suite.entries]
-    workload = reference.Reference(size=64, matmuls=2, memory_mib=1)
+    workload = reference.Reference(
+        "matmul-reduce", size=64, matmuls=2, memory_mib=1
+    )
 
     def from_python():
         raise AssertionError("read from Python, not in the chain's pass")

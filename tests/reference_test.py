@@ -7,7 +7,7 @@ machine); the TF workload is checked to time real work.
 
 import pytest
 
-from dlbricks_tf import stats
+from dlbricks_tf import errors, stats
 from dlbricks_tf.machine import process as process_lib
 from dlbricks_tf.machine import settings as settings_lib
 from dlbricks_tf.machine.fingerprint import system_fingerprint
@@ -178,6 +178,8 @@ def test_calibration_is_kept_in_the_store_and_reused(tmp_path):
     readings = iter([3.0, 1.0, 2.0] + [9.0] * 20)
 
     class Fixed:
+        workload = "fixed"
+
         def read(self):
             return next(readings)
 
@@ -298,7 +300,7 @@ def test_a_store_is_calibrated_by_its_first_runs_own_readings(
         1, 1, 1, backend=backend, onednn=process_lib.onednn_enabled()
     )
     fp = system_fingerprint()
-    ref = reference.Reference(size=64, matmuls=2, memory_mib=1)
+    ref = reference.Reference("matmul-reduce", size=64, matmuls=2, memory_mib=1)
     in_graph = reference.IN_GRAPH and backend == "tf"
     with Store(tmp_path / "s.sqlite") as store:
         scale = reference.ReferenceScale.for_store(
@@ -321,18 +323,77 @@ def test_a_store_is_calibrated_by_its_first_runs_own_readings(
         assert again.state_ms == 4.0
 
 
-def test_the_workload_times_real_work():
-    ref = reference.Reference(size=64, matmuls=2, memory_mib=1)
+@pytest.mark.parametrize("backend", ["tf", "onnxruntime"])
+def test_a_store_keeps_the_workload_its_state_was_read_with(tmp_path, backend):
+    settings = settings_lib.RunSettings(
+        1, 1, 1, backend=backend, onednn=process_lib.onednn_enabled()
+    )
+    fp = system_fingerprint()
+    ref = reference.Reference()
+    assert ref.workload == reference.WORKLOAD == "conv-block"
+    with Store(tmp_path / "s.sqlite") as store:
+        # A store calibrated with the matmuls and the reduction.
+        store.put_reference_state(settings, fp, 2.0, "matmul-reduce")
+        scale = reference.ReferenceScale.for_store(ref, store, settings, fp)
+        # Its new readings are of that workload, on its state's scale.
+        assert scale.state_ms == 2.0
+        if scale.graph is not None:
+            assert scale.graph.workload == "matmul-reduce"
+        assert len(reference.Reference("matmul-reduce").parts()) == 2
+        scale.factor()
+        assert len(scale.readings) >= reference.WINDOW
+    with Store(tmp_path / "new.sqlite") as store:
+        fresh = reference.ReferenceScale.for_store(
+            ref, store, settings, fp, readings=3, warm_s=0
+        )
+        if fresh.graph is not None:
+            assert fresh.graph is ref
+            for reading in (1.0, 2.0, 3.0):
+                fresh.factor_of(reading)
+        else:
+            fresh.factor()
+        assert store.reference_workload(settings, fp) == "conv-block"
+
+
+def test_a_state_of_an_unknown_workload_is_refused_in_one_line(tmp_path):
+    settings = settings_lib.RunSettings(
+        1, 1, 1, onednn=process_lib.onednn_enabled()
+    )
+    fp = system_fingerprint()
+    with Store(tmp_path / "s.sqlite") as store:
+        store.put_reference_state(settings, fp, 2.0, "later-block")
+        with pytest.raises(errors.Error) as info:
+            reference.ReferenceScale.for_store(
+                reference.Reference(), store, settings, fp
+            )
+    message = str(info.value)
+    assert len(message.splitlines()) == 1
+    assert "'later-block' workload" in message and "--db" in message
+    with pytest.raises(ValueError, match="Unknown reference workload"):
+        reference.Reference("later-block")
+
+
+# Small sizes of each workload: a test reads real work, quickly.
+_SMALL = {
+    "conv-block": {"side": 14, "width": 16},
+    "matmul-reduce": {"size": 64, "matmuls": 2, "memory_mib": 1},
+}
+
+
+@pytest.mark.parametrize("workload", sorted(reference.WORKLOADS))
+def test_the_workload_times_real_work(workload):
+    ref = reference.Reference(workload, **_SMALL[workload])
     values = [ref.read() for _ in range(5)]
-    # Both parts run between their stamps: a reading is not a stamp's
+    # Its parts run between their stamps: a reading is not a stamp's
     # resolution (a microsecond) but the work's.
     assert all(v > 0.001 for v in values)
     assert ref.seconds > 0
     assert stats.median(values) > 0
     # In its parts: each runs between its own stamps, and is counted.
     before = ref.seconds
-    compute, memory = ref.parts()
-    assert compute > 0.0005 and memory > 0.0005
+    parts = ref.parts()
+    assert len(parts) == {"conv-block": 1, "matmul-reduce": 2}[workload]
+    assert all(p > 0.0005 for p in parts)
     assert ref.seconds > before
 
 

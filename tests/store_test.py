@@ -410,7 +410,7 @@ def test_version_1_store_is_upgraded_in_place_keeping_results(tmp_path):
         db.execute("DROP TABLE predictors")
         db.execute("UPDATE meta SET value = '1' WHERE key = 'schema_version'")
     with store_lib.Store(path) as store:
-        assert store.schema_version == database.SCHEMA_VERSION == 5
+        assert store.schema_version == database.SCHEMA_VERSION == 6
         assert store.get("a", SETTINGS, FP) == _timing(1.0)
         assert store.get_model("m", SETTINGS, FP) == _timing(3.0)
         store.put_failure("b", SETTINGS, FP, "boom")
@@ -480,14 +480,19 @@ def test_reference_state_is_kept_once_per_settings_and_machine(tmp_path):
     other = dataclasses.replace(SETTINGS, batch_size=SETTINGS.batch_size + 1)
     with store_lib.Store(tmp_path / "s.sqlite") as store:
         assert store.reference_state(SETTINGS, FP) is None
-        assert store.put_reference_state(SETTINGS, FP, 1.5) == 1.5
+        assert store.put_reference_state(SETTINGS, FP, 1.5, "w") == 1.5
         # The first state stays: timings scaled to it must stay comparable.
-        assert store.put_reference_state(SETTINGS, FP, 3.0) == 1.5
+        assert store.put_reference_state(SETTINGS, FP, 3.0, "w") == 1.5
         assert store.reference_state(other, FP) is None
+        assert store.reference_workload(other, FP) is None
         with pytest.raises(database.StoreError, match="finite and positive"):
-            store.put_reference_state(other, FP, float("nan"))
+            store.put_reference_state(other, FP, float("nan"), "w")
+        # A state of another workload is never handed out as this one's.
+        with pytest.raises(database.StoreError, match="of the 'w' workload"):
+            store.put_reference_state(SETTINGS, FP, 3.0, "v")
     with store_lib.Store(tmp_path / "s.sqlite") as store:
         assert store.reference_state(SETTINGS, FP) == 1.5
+        assert store.reference_workload(SETTINGS, FP) == "w"
 
 
 def test_one_predictor_per_settings_and_machine_by_its_fit_key(tmp_path):
@@ -521,10 +526,10 @@ def test_merge_carries_reference_states_keeping_the_first(tmp_path):
         a.put("x", SETTINGS, FP, _timing(1.0))
         a.put("x", other, FP, _timing(1.0))
         a.put_model("m", SETTINGS, FP, _timing(4.0))
-        a.put_reference_state(SETTINGS, FP, 1.5)
-        a.put_reference_state(other, FP, 2.5)
+        a.put_reference_state(SETTINGS, FP, 1.5, "w")
+        a.put_reference_state(other, FP, 2.5, "w")
     with store_lib.Store(tmp_path / "b.sqlite") as b:
-        b.put_reference_state(SETTINGS, FP, 3.0)  # Calibrated first here.
+        b.put_reference_state(SETTINGS, FP, 3.0, "w")  # Calibrated here.
         assert b.merge_from(tmp_path / "a.sqlite") == 3
         # Every timing of b is scaled to its own state: it stays, and a's
         # timings, in ms at a's state (1.5), are twice as many ms at b's.
@@ -537,7 +542,28 @@ def test_merge_carries_reference_states_keeping_the_first(tmp_path):
     with store_lib.Store(tmp_path / "c.sqlite") as c:
         assert c.merge_from(tmp_path / "a.sqlite") == 3
         assert c.reference_state(SETTINGS, FP) == 1.5
+        assert c.reference_workload(other, FP) == "w"
         assert c.get("x", SETTINGS, FP) == _timing(1.0)
+
+
+def test_merge_refuses_states_of_another_workload(tmp_path):
+    with store_lib.Store(tmp_path / "a.sqlite") as a:
+        a.put("x", SETTINGS, FP, _timing(1.0))
+        a.put_reference_state(SETTINGS, FP, 1.5, "w")
+    with store_lib.Store(tmp_path / "b.sqlite") as b:
+        b.put("y", SETTINGS, FP, _timing(2.0))
+        b.put_reference_state(SETTINGS, FP, 3.0, "v")
+    before = fakes.table_counts(tmp_path / "b.sqlite")
+    with store_lib.Store(tmp_path / "b.sqlite") as b:
+        with pytest.raises(database.StoreError) as info:
+            b.merge_from(tmp_path / "a.sqlite")
+    message = str(info.value)
+    assert len(message.splitlines()) == 1, message
+    assert "is a reading of the 'w' workload and this store's of 'v'" in (
+        message
+    )
+    # Their milliseconds are not on one scale: nothing of it was added.
+    assert fakes.table_counts(tmp_path / "b.sqlite") == before
 
 
 def _scaled(t, factor):
@@ -604,6 +630,11 @@ _IMPOSSIBLE = {
         "reference_states row (settings 'tf-b1-t2x1-onednn1-jit0-chain', "
         "fingerprint '{fp}') has state_ms=-2.0, not a finite positive time",
     ),
+    "reference_workload_not_a_name": (
+        "UPDATE reference_states SET workload = ''",
+        "reference_states row (settings 'tf-b1-t2x1-onednn1-jit0-chain', "
+        "fingerprint '{fp}') has workload='', not a workload's name",
+    ),
 }
 
 
@@ -615,7 +646,7 @@ def test_merge_refuses_a_file_with_an_impossible_row(tmp_path, sql, words):
         store.put("y", SETTINGS, FP, _timing(2.0))
         store.put_model("m", SETTINGS, FP, _timing(5.0))
         store.put_failure("f", SETTINGS, FP, "boom")
-        store.put_reference_state(SETTINGS, FP, 1.5)
+        store.put_reference_state(SETTINGS, FP, 1.5, "w")
     with contextlib.closing(sqlite3.connect(bad)) as db, db:
         db.execute("PRAGMA foreign_keys = OFF")
         db.execute(sql)
@@ -767,7 +798,7 @@ def test_new_rows_are_not_mixed_with_old_ones(tmp_path):
         assert counts == {_OLD_FP_ID: (True, 2), new_fp.id: (False, 1)}
 
 
-# The schemas as store.py created them at versions 1 to 4 (from its
+# The schemas as store.py created them at versions 1 to 5 (from its
 # history), frozen here: a change to today's schema must not change the
 # old files these tests read back.
 _OLD_STATS_DDL = """
@@ -831,7 +862,20 @@ _SCHEMA_4 = _SCHEMA_3.replace(
     "loop_overhead_ms REAL NOT NULL,",
     "loop_overhead_ms REAL NOT NULL,\n    mean_ms REAL, mean_half_ms REAL,",
 )
-_OLD_SCHEMAS = {1: _SCHEMA_1, 2: _SCHEMA_2, 3: _SCHEMA_3, 4: _SCHEMA_4}
+_SCHEMA_5 = (
+    _SCHEMA_4
+    + """
+CREATE TABLE IF NOT EXISTS brick_descriptions (
+    signature TEXT PRIMARY KEY, json TEXT NOT NULL);
+"""
+)
+_OLD_SCHEMAS = {
+    1: _SCHEMA_1,
+    2: _SCHEMA_2,
+    3: _SCHEMA_3,
+    4: _SCHEMA_4,
+    5: _SCHEMA_5,
+}
 # What each old file holds: bricks "a" and "n" (noisy), model "m"; from
 # schema 2 a failed brick "f"; from 3 a predictor and a reference state;
 # schema 4's means are left NULL.
@@ -895,7 +939,7 @@ def _old_rows(path, columns):
         }
 
 
-@pytest.mark.parametrize("version", [1, 2, 3, 4])
+@pytest.mark.parametrize("version", [1, 2, 3, 4, 5])
 def test_old_schema_file_reads_back_unchanged(tmp_path, version):
     path = tmp_path / f"v{version}.sqlite"
     _old_schema_file(path, version)
@@ -927,6 +971,10 @@ def test_old_schema_file_reads_back_unchanged(tmp_path, version):
             )
             assert store.reference_state(SETTINGS, FP) == (
                 2.5 if version >= 3 else None
+            )
+            # Its state is a reading of the one workload there was.
+            assert store.reference_workload(SETTINGS, FP) == (
+                "matmul-reduce" if version >= 3 else None
             )
             rows = store.rows("brick")
             assert [(r["signature"], r["median_ms"]) for r in rows] == [

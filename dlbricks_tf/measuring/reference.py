@@ -3,9 +3,11 @@
 On a shared VM the same brick or model runs 1.1-3x slower for seconds or
 minutes at a time (hypervisor steal, a neighbour's memory traffic), and
 nothing inside one timer can tell that slowdown from the brick's own cost.
-`Reference` is a workload that never changes, compute-bound (a chain of
-square matmuls) and memory-bound (a reduction over a buffer several times
-the L2 cache), run on TensorFlow's thread pools like the bricks.
+`Reference` is a workload that never changes, run on TensorFlow's thread
+pools like the bricks: by default a small conv block shaped like them
+(convolutions, a depthwise layer, element-wise ops); stores calibrated
+before it keep a chain of square matmuls and a reduction over a buffer
+several times the L2 cache (`WORKLOADS`).
 
 TensorFlow's timers run it inside their own calls (`Reference.in_graph`):
 a chain reads it after the last link of each sample's last pass, a
@@ -39,7 +41,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from dlbricks_tf import stats
+from dlbricks_tf import errors, stats
 
 # Readings whose median scales a batch: the last WINDOW (about 4 s of a
 # run at `INTERVAL_S`). On a 2-vCPU VM one reading moves +-30-35% from one
@@ -82,50 +84,58 @@ INTERVAL_S = 0.5
 # on a reused store read 12/16 within ±10% against 5/16 (7/16 without
 # the reference; docs/history/2026-12-03.md). False: read from Python.
 IN_GRAPH = True
+# The workload a new store's reference state is taken with (`WORKLOADS`).
+# A brick-shaped conv block, since it followed whole models across a
+# minute's batches better than a matmul chain and a reduction beside a
+# CPU spinner and a memory streamer (read from Python right after each
+# batch, the median of the last `WINDOW` readings: SD of the models'
+# scaled logs 7.0 and 8.7% against 9.4 and 13.6% read in the calls,
+# quiet 6.7 against 7.3%; `benchmarks.scale_rules`,
+# docs/history/2026-12-03.md). A store whose state was taken with
+# another workload keeps reading that one (`ReferenceScale.for_store`).
+WORKLOAD = "conv-block"
 
 
 class Reference:
-    """The reference workload on TensorFlow: one reading is a few ms.
+    """The reference workload on TensorFlow: one reading is about a ms.
 
     A reading runs the workload `RUNS` times back to back and times the
     last run, from Python (`read`) or inside a timer's call (`in_graph`).
 
     Args:
-        size: Side of the square matrices of the compute part.
-        matmuls: Chained matmuls per reading.
-        memory_mib: Size of the buffer the memory part reduces.
-        seed: Seed of the fixed inputs.
+        workload: Which fixed work a reading times (`WORKLOADS`): a store
+            keeps the name beside its state, and a state is only ever
+            compared with readings of its own workload.
+        seed: Seed of the fixed inputs and weights.
+        **shape: The workload's sizes (see `_conv_block`,
+            `_matmul_reduce`), for a smaller one in tests.
     """
 
     # The first run brings the operands back into the caches.
     RUNS = 2
 
     def __init__(
-        self,
-        size: int = 192,
-        matmuls: int = 4,
-        memory_mib: int = 8,
-        seed: int = 0,
+        self, workload: str = WORKLOAD, seed: int = 0, **shape: int
     ) -> None:
         import tensorflow as tf
 
-        self._a = tf.random.stateless_normal((size, size), (seed, 1)) / size
-        floats = memory_mib * 2**20 // 4
-        self._buffer = tf.random.stateless_normal((floats,), (seed, 2))
-
-        self._matmuls = matmuls
+        if workload not in WORKLOADS:
+            raise ValueError(
+                f"Unknown reference workload {workload!r}: use one of "
+                f"{', '.join(WORKLOADS)}."
+            )
+        self.workload = workload
+        self._operands, self._ops = WORKLOADS[workload](seed, **shape)
+        ops = self._ops
 
         @tf.function(
             input_signature=[
-                tf.TensorSpec(self._a.shape, tf.float32),
-                tf.TensorSpec(self._buffer.shape, tf.float32),
+                tf.TensorSpec(o.shape, o.dtype) for o in self._operands
             ]
         )
-        def read(a, buffer):
-            compute, memory, value = _workload(
-                a, buffer, matmuls, tf.timestamp()
-            )
-            return compute, memory, value
+        def read(*operands):
+            parts, value = ops(operands, tf.timestamp())
+            return (*parts, value)
 
         self._read = read.get_concrete_function()
         self.seconds = 0.0  # Wall-clock spent reading.
@@ -137,23 +147,23 @@ class Reference:
 
         Runs the workload `times` times (an int32 scalar tensor; 0: not at
         all), the first after `after` (a tensor) and each after the one
-        before; returns (ms of the last run's compute and memory parts,
-        float64; 0 if none ran, and a float32 scalar 0.0 that depends on
-        the last run by data, for the caller to add to a result it
-        returns so that the workload is live). Run `RUNS` times, as
-        `read` does, the last run finds its operands in the caches.
+        before; returns (ms of the last run, float64; 0 if none ran, and
+        a float32 scalar 0.0 that depends on the last run by data, for
+        the caller to add to a result it returns so that the workload is
+        live). Run `RUNS` times, as `read` does, the last run finds its
+        operands in the caches.
         """
         import tensorflow as tf
 
         from dlbricks_tf.measuring.timing_loop import zero_after
 
-        a, buffer, matmuls = self._a, self._buffer, self._matmuls
+        operands, ops = self._operands, self._ops
 
         def body(i, ms, carried):
             with tf.control_dependencies([carried]):
                 start = tf.timestamp()
-            compute, memory, value = _workload(a, buffer, matmuls, start)
-            return i + 1, compute + memory, zero_after(value)
+            parts, value = ops(operands, start)
+            return i + 1, tf.add_n(list(parts)), zero_after(value)
 
         zero = zero_after(after)
         _, ms, carried = tf.while_loop(
@@ -165,28 +175,28 @@ class Reference:
         return ms, carried
 
     def read(self) -> float:
-        """One reading, ms: the compute part plus the memory part.
+        """One reading, ms: the sum of the workload's parts.
 
         The workload runs twice and the second run is the reading: the
         first brings its operands back into the caches. Read cold, its
-        buffer (which fits in a server's L3) came from memory or from L3
-        depending on how much the chain pass or model batch before it had
-        evicted, so readings taken in a run were slower than the
-        back-to-back readings of the calibration, and spread with what
-        ran before them rather than with the machine.
+        operands came from memory or from L3 depending on how much the
+        chain pass or model batch before it had evicted, so readings
+        taken in a run were slower than the back-to-back readings of the
+        calibration, and spread with what ran before them rather than
+        with the machine.
         """
         return sum(self.parts())
 
-    def parts(self) -> tuple[float, float]:
-        """One reading as `read` takes it, in its parts: (compute ms,
-        memory ms)."""
+    def parts(self) -> tuple[float, ...]:
+        """One reading as `read` takes it, in the workload's parts, ms
+        (the matmul-reduce workload: compute, memory; the conv block:
+        one)."""
         start = time.perf_counter()
         for _ in range(self.RUNS - 1):
-            self._read(self._a, self._buffer)
-        compute, memory, _ = self._read(self._a, self._buffer)
-        parts = float(compute.numpy()), float(memory.numpy())
+            self._read(*self._operands)
+        *parts, _ = self._read(*self._operands)
         self.seconds += time.perf_counter() - start
-        return parts
+        return tuple(float(p.numpy()) for p in parts)
 
 
 class ReferenceScale:
@@ -214,6 +224,8 @@ class ReferenceScale:
             returns the state to use (`for_store` stores it); batches
             before it are not scaled.
         calibration: Readings such a state is the median of.
+        workload: The name of the workload `read` times (`WORKLOADS`), for
+            `summary`.
     """
 
     def __init__(
@@ -228,8 +240,10 @@ class ReferenceScale:
         graph: Reference | None = None,
         keep: Callable[[float], float] | None = None,
         calibration: int = CALIBRATION_READINGS,
+        workload: str | None = None,
     ) -> None:
         self.graph = graph
+        self.workload = workload
         self._keep = keep
         self._calibration = max(1, int(calibration))
         self._state: float | None = None
@@ -301,13 +315,35 @@ class ReferenceScale:
         batch, or `state_ms`). Either way a command stopped before it
         times anything (a model that does not load) leaves the store as
         it was.
+
+        A state is a reading of one workload: a store whose state was
+        taken with another workload than `reference`'s (one calibrated
+        before `WORKLOAD` changed) is read with that workload, so that
+        every timing it holds stays on one scale.
+
+        Raises:
+            errors.Error: If the store's state is of a workload this
+                dlbricks_tf does not know.
         """
+        kept = store.reference_workload(settings, fingerprint)
+        if kept is not None and kept != reference.workload:
+            if kept not in WORKLOADS:
+                raise errors.Error(
+                    f"The store's reference state for these settings is a "
+                    f"reading of the {kept!r} workload, which this "
+                    "dlbricks_tf does not know: use the dlbricks_tf that "
+                    "wrote it, or another --db."
+                )
+            reference = Reference(kept)
+        workload = reference.workload
 
         def stored() -> float | None:
             return store.reference_state(settings, fingerprint)
 
         def keep(state: float) -> float:
-            return store.put_reference_state(settings, fingerprint, state)
+            return store.put_reference_state(
+                settings, fingerprint, state, workload
+            )
 
         def state() -> float:
             found = stored()
@@ -326,8 +362,15 @@ class ReferenceScale:
                 graph=reference,
                 keep=keep,
                 calibration=readings,
+                workload=workload,
             )
-        return cls(reference.read, state, first=WINDOW, first_s=FIRST_S)
+        return cls(
+            reference.read,
+            state,
+            first=WINDOW,
+            first_s=FIRST_S,
+            workload=workload,
+        )
 
     def factor(self) -> float:
         """State / recent readings; reads the reference unless it just did.
@@ -396,7 +439,7 @@ class ReferenceScale:
         self.readings.append(float(reading_ms))
         return self._factor_for(stats.median(self.readings[-self._window :]))
 
-    def summary(self) -> dict[str, float | int | None]:
+    def summary(self) -> dict[str, float | int | str | None]:
         """The state and the spread of this run's readings.
 
         Returns:
@@ -406,8 +449,9 @@ class ReferenceScale:
             samples were scaled down), and reference_spread: the
             half-distance between the 10th and 90th percentiles of the
             readings over their median (how far the machine moved during
-            the run), and reference_seconds, the wall-clock spent
-            reading. The median, ratio and spread are None without
+            the run), reference_seconds, the wall-clock spent reading,
+            and reference_workload, what a reading times (`WORKLOADS`;
+            None if not known). The median, ratio and spread are None without
             readings; the state and ratio are None while the state waits
             for its readings.
         """
@@ -420,6 +464,7 @@ class ReferenceScale:
                 "reference_ratio": None,
                 "reference_spread": None,
                 "reference_seconds": self.seconds,
+                "reference_workload": self.workload,
             }
         ordered = sorted(self.readings)
         median = stats.median(ordered)
@@ -434,6 +479,7 @@ class ReferenceScale:
             "reference_ratio": None if state is None else median / state,
             "reference_spread": (quantile(0.9) - quantile(0.1)) / 2 / median,
             "reference_seconds": self.seconds,
+            "reference_workload": self.workload,
         }
 
 
@@ -445,24 +491,101 @@ def _checked(state_ms: float) -> float:
     return float(state_ms)
 
 
-def _workload(a, buffer, matmuls: int, start):
-    """The reference's ops after the stamp `start` (a float64 scalar).
+def _matmul_reduce(
+    seed: int, size: int = 192, matmuls: int = 4, memory_mib: int = 8
+):
+    """A chain of `matmuls` square matmuls of side `size` (compute), then a
+    reduction over a buffer of `memory_mib` MiB, several times the L2
+    cache (memory): (operands, ops) for `Reference`.
 
-    Returns (compute ms, memory ms, a float32 value of the work). Each
-    part depends on the stamp before it by data (a stamp is never NaN, but
-    no optimiser can prove it), each stamp on the part before it by a
-    control edge, and the parts' results are returned: grappler turns
-    work that only feeds control edges into a NoOp.
+    The ops return ((compute ms, memory ms), a float32 value of the work).
+    Each part depends on the stamp before it by data (a stamp is never
+    NaN, but no optimiser can prove it), each stamp on the part before it
+    by a control edge, and the parts' results are returned: grappler
+    turns work that only feeds control edges into a NoOp.
     """
     import tensorflow as tf
 
-    x = a + tf.cast(tf.math.is_nan(start), tf.float32)
-    for _ in range(matmuls):
-        x = tf.linalg.matmul(x, a)
-    corner = x[0, 0]
-    with tf.control_dependencies([corner]):
-        middle = tf.timestamp()
-    total = tf.reduce_sum(buffer + tf.cast(tf.math.is_nan(middle), tf.float32))
-    with tf.control_dependencies([total]):
-        end = tf.timestamp()
-    return (middle - start) * 1e3, (end - middle) * 1e3, corner + total
+    a = tf.random.stateless_normal((size, size), (seed, 1)) / size
+    floats = memory_mib * 2**20 // 4
+    buffer = tf.random.stateless_normal((floats,), (seed, 2))
+
+    def ops(operands, start):
+        a, buffer = operands
+        x = a + _zero(start)
+        for _ in range(matmuls):
+            x = tf.linalg.matmul(x, a)
+        corner = x[0, 0]
+        with tf.control_dependencies([corner]):
+            middle = tf.timestamp()
+        total = tf.reduce_sum(buffer + _zero(middle))
+        with tf.control_dependencies([total]):
+            end = tf.timestamp()
+        return ((middle - start) * 1e3, (end - middle) * 1e3), corner + total
+
+    return (a, buffer), ops
+
+
+def _conv_block(seed: int, side: int = 28, width: int = 32):
+    """A brick-shaped workload: (operands, ops) for `Reference`.
+
+    A MobileNetV2-like block at batch 1 on a `side` x `side` x `width`
+    input (1x1 expand to 6x the width, scale and shift as a folded
+    BatchNormalization, ReLU6, 3x3 depthwise, scale and shift, ReLU6, 1x1
+    project, the residual add), then a 3x3 convolution with a bias: the
+    convolutions, depthwise layers and element-wise ops the bricks are
+    made of, on the kernels and thread pools they run on. Timed against
+    whole models in four processes, one after another, with the matmul
+    and reduction read beside it, it followed them best beside a noisy
+    neighbour (docs/history/2026-12-03.md, "Scale rules side by side").
+
+    The ops return ((ms,), a float32 value of the work), the work
+    depending on the stamp `start` by data as in `_matmul_reduce`.
+    """
+    import tensorflow as tf
+
+    wide = 6 * width
+
+    def normal(shape, stream, scale=1.0):
+        return tf.random.stateless_normal(shape, (seed, stream)) * scale
+
+    operands = (
+        normal((1, side, side, width), 3),
+        normal((1, 1, width, wide), 4, width**-0.5),
+        1.0 + normal((wide,), 5, 0.1),
+        normal((wide,), 6, 0.1),
+        normal((3, 3, wide, 1), 7, 1 / 3),
+        1.0 + normal((wide,), 8, 0.1),
+        normal((wide,), 9, 0.1),
+        normal((1, 1, wide, width), 10, wide**-0.5),
+        normal((3, 3, width, width), 11, (9 * width) ** -0.5),
+        normal((width,), 12, 0.1),
+    )
+
+    def ops(operands, start):
+        x, expand, s1, b1, depthwise, s2, b2, project, conv, bias = operands
+        x = x + _zero(start)
+        y = tf.nn.conv2d(x, expand, 1, "SAME")
+        y = tf.nn.relu6(y * s1 + b1)
+        y = tf.nn.depthwise_conv2d(y, depthwise, [1, 1, 1, 1], "SAME")
+        y = tf.nn.relu6(y * s2 + b2)
+        y = tf.nn.conv2d(y, project, 1, "SAME") + x
+        y = tf.nn.bias_add(tf.nn.conv2d(y, conv, 1, "SAME"), bias)
+        corner = y[0, 0, 0, 0]
+        with tf.control_dependencies([corner]):
+            end = tf.timestamp()
+        return ((end - start) * 1e3,), corner
+
+    return operands, ops
+
+
+def _zero(stamp):
+    """0.0 (float32) that depends on `stamp` by data."""
+    import tensorflow as tf
+
+    return tf.cast(tf.math.is_nan(stamp), tf.float32)
+
+
+# The reference workloads by name; `WORKLOAD` is what a new store's state
+# is taken with.
+WORKLOADS = {"conv-block": _conv_block, "matmul-reduce": _matmul_reduce}

@@ -42,11 +42,13 @@ _T = TypeVar("_T")
 
 # 1: results only. 2: adds `brick_failures`. 3: adds `predictors` and
 # `reference_states`. 4: adds the means' columns. 5: adds
-# `brick_descriptions` (an older file is upgraded in place when opened, see
-# `_init_schema`).
-SCHEMA_VERSION = 5
-# Columns a schema added to both results tables (older rows hold NULL).
-_ADDED_COLUMNS = {4: ("mean_ms REAL", "mean_half_ms REAL")}
+# `brick_descriptions`. 6: adds the reference states' `workload` (an older
+# file is upgraded in place when opened, see `_init_schema`).
+SCHEMA_VERSION = 6
+# The reference workload of a state written before schema 6, which has no
+# `workload` (NULL): the only one there was (`dlbricks_tf.measuring.
+# reference.WORKLOADS`).
+WORKLOAD_BEFORE_6 = "matmul-reduce"
 # Back-off between attempts of a write that found the database locked: the
 # busy timeout already waited, so these cover what it does not (a lock
 # taken while a snapshot was upgraded, a journal-mode switch).
@@ -108,6 +110,7 @@ CREATE TABLE IF NOT EXISTS reference_states (
     fingerprint_id TEXT NOT NULL REFERENCES fingerprints(id),
     state_ms REAL NOT NULL,
     created TEXT NOT NULL DEFAULT (strftime('%Y-%m-%dT%H:%M:%fZ', 'now')),
+    workload TEXT,
     UNIQUE (settings_key, fingerprint_id));
 CREATE TABLE IF NOT EXISTS predictors (
     settings_key TEXT NOT NULL REFERENCES settings(key),
@@ -126,6 +129,14 @@ _DESCRIPTIONS = "brick_descriptions"
 _TABLES = {
     "brick": ("brick_results", "signature"),
     "model": ("model_results", "model"),
+}
+# Columns a schema added to a table (older rows hold NULL).
+_ADDED_COLUMNS = {
+    4: {
+        table: ("mean_ms REAL", "mean_half_ms REAL")
+        for table, _ in _TABLES.values()
+    },
+    6: {_REFERENCES: ("workload TEXT",)},
 }
 
 
@@ -290,10 +301,10 @@ class Database:
             return
         self._check_version(int(row[0]))  # Again: a writer may be newer.
         if int(row[0]) < SCHEMA_VERSION:
-            for version, columns in _ADDED_COLUMNS.items():
+            for version, tables in _ADDED_COLUMNS.items():
                 if int(row[0]) >= version:
                     continue
-                for table, _ in _TABLES.values():
+                for table, columns in tables.items():
                     have = {
                         r[1] for r in db.execute(f"PRAGMA table_info({table})")
                     }

@@ -31,6 +31,7 @@ from dlbricks_tf.storing.database import (
     _STATS,
     _TABLES,
     SCHEMA_VERSION,
+    WORKLOAD_BEFORE_6,
     Database,
     StoreError,
 )
@@ -89,7 +90,8 @@ def merge(into: Database, other: str | Path) -> int:
     hold a state for a machine and settings (shards that each calibrated
     one, minutes or days apart), the other file's timings of them are
     converted to this file's state (`rescaled`), so that one store holds
-    one scale.
+    one scale; two states that are readings of different workloads cannot
+    be converted, and such a file is refused (`unlike`).
 
     Returns:
         The number of results added (failures, reference states and
@@ -118,8 +120,9 @@ def merge(into: Database, other: str | Path) -> int:
             f" created FROM {_FAILURES}"
         )
         references = source._read(
-            "SELECT settings_key, fingerprint_id, state_ms, created"
-            f" FROM {_REFERENCES}"
+            "SELECT settings_key, fingerprint_id, state_ms, created,"
+            f" COALESCE(workload, ?) FROM {_REFERENCES}",
+            (WORKLOAD_BEFORE_6,),
         )
         described = source._read(f"SELECT signature, json FROM {_DESCRIPTIONS}")
     check(str(other), keys, results, failed, references, described)
@@ -129,8 +132,11 @@ def merge(into: Database, other: str | Path) -> int:
         # Our states as this transaction sees them: one another writer
         # calibrated since the file was read counts too.
         ours = db.execute(
-            f"SELECT settings_key, fingerprint_id, state_ms FROM {_REFERENCES}"
+            "SELECT settings_key, fingerprint_id, state_ms, created,"
+            f" COALESCE(workload, ?) FROM {_REFERENCES}",
+            (WORKLOAD_BEFORE_6,),
         ).fetchall()
+        unlike(str(other), references, ours)
         for table, rows in keys.items():
             db.executemany(f"INSERT OR IGNORE INTO {table} VALUES (?, ?)", rows)
         for table, rows in results.items():
@@ -153,7 +159,8 @@ def merge(into: Database, other: str | Path) -> int:
         )
         db.executemany(
             f"INSERT OR IGNORE INTO {_REFERENCES} (settings_key,"
-            " fingerprint_id, state_ms, created) VALUES (?, ?, ?, ?)",
+            " fingerprint_id, state_ms, created, workload)"
+            " VALUES (?, ?, ?, ?, ?)",
             references,
         )
         db.executemany(
@@ -176,6 +183,27 @@ SCALED = (
     "mean_ms",
     "mean_half_ms",
 )
+
+
+def unlike(path: str, theirs: Sequence[tuple], ours: Sequence[tuple]):
+    """Refuses a file whose reference state of a machine and settings is
+    a reading of another workload than ours (`theirs` and `ours` are
+    (settings_key, fingerprint_id, state_ms, created, workload) rows).
+
+    Raises:
+        StoreError: One line naming the file and the settings.
+    """
+    mine = {(r[0], r[1]): r[4] for r in ours}
+    for row in theirs:
+        kept = mine.get((row[0], row[1]))
+        if kept is not None and kept != row[4]:
+            raise StoreError(
+                f"Store {path!r} was not merged: its reference state for "
+                f"settings {row[0]!r} is a reading of the {row[4]!r} "
+                f"workload and this store's of {kept!r}, so their timings "
+                "cannot be put on one scale; merge it into a fresh store, "
+                "or time its bricks again into this one."
+            )
 
 
 def rescaled(
@@ -244,7 +272,8 @@ def check(
         keys: {"settings": rows, "fingerprints": rows} of (key, json).
         results: {table: rows} of `merge`'s result columns.
         failed: (signature, settings_key, fingerprint_id, ...) rows.
-        references: (settings_key, fingerprint_id, state_ms, ...) rows.
+        references: (settings_key, fingerprint_id, state_ms, created,
+            workload) rows.
         described: (signature, json) rows.
 
     Raises:
@@ -333,6 +362,12 @@ def check(
             raise refuse(
                 where(_REFERENCES, "", row),
                 f"has state_ms={state!r}, not a finite positive time",
+            )
+        workload = row[4]
+        if not (isinstance(workload, str) and 0 < len(workload) <= 64):
+            raise refuse(
+                where(_REFERENCES, "", row),
+                f"has workload={workload!r}, not a workload's name",
             )
     for signature, text in described:
         try:

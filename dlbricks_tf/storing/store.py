@@ -48,6 +48,7 @@ from dlbricks_tf.storing.database import (
     _PREDICTORS,
     _STATS,
     _TABLES,
+    WORKLOAD_BEFORE_6,
     Database,
     StoreError,
 )
@@ -300,7 +301,8 @@ class Store(Database):
         """The reference state of this machine and settings, ms, or None.
 
         See `dlbricks_tf.measuring.reference`: timings scaled by the
-        reference are milliseconds at this state.
+        reference are milliseconds at this state, a reading of the
+        workload `reference_workload` names.
         """
         rows = self._read(
             "SELECT state_ms FROM reference_states"
@@ -309,17 +311,41 @@ class Store(Database):
         )
         return float(rows[0][0]) if rows else None
 
+    def reference_workload(
+        self, settings: RunSettings, fp: SystemFingerprint
+    ) -> str | None:
+        """The workload this machine and settings' state is a reading of,
+        or None without a state (a state stored before workloads were
+        named: `WORKLOAD_BEFORE_6`)."""
+        rows = self._read(
+            "SELECT workload FROM reference_states"
+            " WHERE settings_key = ? AND fingerprint_id = ?",
+            (settings.key(), fp.id),
+        )
+        if not rows:
+            return None
+        return rows[0][0] or WORKLOAD_BEFORE_6
+
     def put_reference_state(
-        self, settings: RunSettings, fp: SystemFingerprint, state_ms: float
+        self,
+        settings: RunSettings,
+        fp: SystemFingerprint,
+        state_ms: float,
+        workload: str,
     ) -> float:
         """Keeps the first reference state of this machine and settings.
 
         A state already stored is kept (every timing scaled to it must
         stay comparable); returns the one in force.
 
+        Args:
+            state_ms: The state, ms.
+            workload: The reference workload it is a reading of.
+
         Raises:
-            StoreError: If the state is not finite and positive, or the
-                file cannot be written.
+            StoreError: If the state is not finite and positive, the state
+                in force is a reading of another workload (stored by
+                another process meanwhile), or the file cannot be written.
         """
         if not (math.isfinite(state_ms) and state_ms > 0):
             raise StoreError(
@@ -331,11 +357,18 @@ class Store(Database):
             self._register(db, settings, fp)
             db.execute(
                 "INSERT OR IGNORE INTO reference_states (settings_key,"
-                " fingerprint_id, state_ms) VALUES (?, ?, ?)",
-                (settings.key(), fp.id, float(state_ms)),
+                " fingerprint_id, state_ms, workload) VALUES (?, ?, ?, ?)",
+                (settings.key(), fp.id, float(state_ms), workload),
             )
 
         self._write(insert)
+        kept = self.reference_workload(settings, fp)
+        if kept != workload:
+            raise StoreError(
+                f"Store {self.path!r} holds a reference state of the "
+                f"{kept!r} workload for these settings, not of {workload!r}: "
+                "another process stored it meanwhile; run the command again."
+            )
         return self.reference_state(settings, fp)
 
     def failures(
