@@ -14,7 +14,8 @@ timing command.
 Figures, per run and model: the suite flow's normalized latency (estimate
 from the suite's bricks / `measure`'s latency) and `run`'s; and across
 processes, the median relative difference between the suite's and `run`'s
-timings of the same bricks (those of at least 20 us) and of the same whole
+timings of the same bricks (those of at least 20 us), of the same models'
+estimates (each summed from one process's bricks) and of the same whole
 models (`measure` against `run`), minutes apart.
 
 Usage:
@@ -105,19 +106,18 @@ def _key():
     return settings, system_fingerprint()
 
 
-def _estimates(db: Path, recipes: list[Path]) -> dict[str, float]:
-    """{model: normalized} from the recipes and a store, as `estimate
-    --recipe` computes it."""
+def _estimates(db: Path, recipes: list[Path]) -> list[dict]:
+    """The rows of the recipes' estimates from a store, as `estimate
+    --recipe` computes them ("model", "normalized", "estimated_ms")."""
     from dlbricks_tf.portable import recipe as recipe_lib
     from dlbricks_tf.running import steps
     from dlbricks_tf.storing.store import Store
 
     plans = [recipe_lib.load(p) for p in recipes]
     with Store(db) as store:
-        rows = steps.estimate_plans(
+        return steps.estimate_plans(
             ((p.name, p) for p in plans), *_key(), store
         )
-    return {r["model"]: r["normalized"] for r in rows}
 
 
 def _share_reference_state(source: Path, target: Path) -> None:
@@ -171,12 +171,18 @@ def _flow(run: int, out: Path, recipes: list[Path]) -> dict:
         runs = json.load(f)["runs"]
     bricks = _rel_diffs(_timings(suite_db, "brick"), _timings(run_db, "brick"))
     whole = _rel_diffs(_timings(suite_db, "model"), _timings(run_db, "model"))
+    # The same model's estimate, summed from each process's bricks.
+    sums = _rel_diffs(
+        {r["model"]: r["estimated_ms"] for r in flow},
+        {r["model"]: r["estimated_ms"] for r in runs},
+    )
     return {
         "run": run,
-        "suite_flow": flow,
+        "suite_flow": {r["model"]: r["normalized"] for r in flow},
         "run_command": {r["model"]: r["normalized"] for r in runs},
         "bricks_compared": len(bricks),
         "brick_median_rel_diff": _median(bricks),
+        "estimate_median_rel_diff": _median(sums),
         "model_median_rel_diff": _median(whole),
         "bench_s": bench_s,
         "measure_s": measure_s,
@@ -198,8 +204,9 @@ def _table(results: list[dict]) -> str:
     lines += [
         "",
         "| run | suite flow within +-10% | run within +-10% "
-        "| bricks across processes | models across processes |",
-        "|---:|---:|---:|---:|---:|",
+        "| bricks across processes | estimates across processes "
+        "| models across processes |",
+        "|---:|---:|---:|---:|---:|---:|",
     ]
     for r in results:
         flow = sum(0.9 <= v <= 1.1 for v in r["suite_flow"].values())
@@ -209,6 +216,7 @@ def _table(results: list[dict]) -> str:
             f"| {r['run']} | {flow}/{n} | {direct}/{n} "
             f"| {100 * r['brick_median_rel_diff']:.1f}% "
             f"({r['bricks_compared']}) "
+            f"| {100 * r.get('estimate_median_rel_diff', math.nan):.1f}% "
             f"| {100 * r['model_median_rel_diff']:.1f}% |"
         )
     return "\n".join(lines)
