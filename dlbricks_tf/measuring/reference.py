@@ -85,13 +85,13 @@ INTERVAL_S = 0.5
 # the reference; docs/history/2026-12-03.md). False: read from Python.
 IN_GRAPH = True
 # The workload a new store's reference state is taken with (`WORKLOADS`).
-# A brick-shaped conv block, since it followed whole models across a
-# minute's batches better than a matmul chain and a reduction beside a
-# CPU spinner and a memory streamer (read from Python right after each
-# batch, the median of the last `WINDOW` readings: SD of the models'
-# scaled logs 7.0 and 8.7% against 9.4 and 13.6% read in the calls,
-# quiet 6.7 against 7.3%; `benchmarks.scale_rules`,
-# docs/history/2026-12-03.md). A store whose state was taken with
+# A brick-shaped conv block: read in the timers' calls, it left whole
+# models measured minutes apart and in other processes an SD of 4.2, 7.6
+# and 10.2% (of their scaled logs; quiet, beside a CPU spinner, beside a
+# memory streamer), where the matmul chain and reduction had left 7.3,
+# 9.4 and 13.6% (`benchmarks.scale_rules`), and the 13 models at G=1 read
+# 12 and 13 of 13 within ±10% beside those neighbours against 12 and 11
+# (docs/history/2026-12-03.md). A store whose state was taken with
 # another workload keeps reading that one (`ReferenceScale.for_store`).
 WORKLOAD = "conv-block"
 
