@@ -223,7 +223,7 @@ def _measure(index: int, out: Path) -> None:
     for r in range(repeat_flags.REPEATS.value):
         for name, t in timers:
             for _ in range(_BATCHES.value):
-                durations = t.durations_ms(t._n, t._batch_count(), read=True)
+                durations, reading = t.batch_ms()
                 compute, memory = parts.parts()
                 block_ms = block.read()
                 rows.append(
@@ -232,7 +232,7 @@ def _measure(index: int, out: Path) -> None:
                         "round": r,
                         "t": time.perf_counter() - start,
                         "raw": stats.median(durations) / t.calls_per_sample,
-                        "reading": t._reading,
+                        "reading": reading,
                         "compute": compute,
                         "memory": memory,
                         "block": block_ms,

@@ -17,6 +17,7 @@ class FakeTimer(sampling.AdaptiveSampling):
     def __init__(self, value, options, per_batch=4):
         self.options = options
         self._samples, self._sampling_s, self._s = [], 0.0, per_batch
+        self._factors = []
         self.value, self.batches = value, 0
 
     def sample(self):

@@ -106,6 +106,17 @@ def test_a_timer_reads_the_reference_inside_each_batch_call():
         == [1.0 / scale.readings[0]] * timer.samples_per_call
         + [1.0 / statistics.median(scale.readings)] * timer.samples_per_call
     )
+    # A batch taken for a benchmark's own rule: raw, with its call's
+    # reading, and neither kept nor handed to the scale.
+    kept = timer.samples
+    before = int(counter.calls.numpy())
+    durations, reading = timer.batch_ms()
+    assert int(counter.calls.numpy()) - before == (
+        timer.samples_per_call * timer.calls_per_sample
+    )
+    assert len(durations) == timer.samples_per_call
+    assert reading > 0.001
+    assert timer.samples == kept and len(scale.readings) == 2
 
 
 def test_more_samples_per_call_need_fewer_calls():

@@ -173,8 +173,9 @@ class AdaptiveSampling:
     (`_take`), timed towards `max_seconds`. `restart` forgets the samples
     and keeps what was prepared.
 
-    Subclasses set `options`, `_samples` (ms per call), `_sampling_s`,
-    `_prepare_s`, `_copies` (model calls per loop iteration), `_n` (loop
+    Subclasses set `options`, `_samples` (ms per call), `_factors` (each
+    sample's reference factor, empty), `_sampling_s`, `_prepare_s`,
+    `_copies` (model calls per loop iteration), `_n` (loop
     iterations per sample, 0 until prepared) and `_s` (samples per batch),
     and define `_prepare`, `_take`, `dispatch_ms`, `overhead_per_call_ms`
     and `_what`.
@@ -190,6 +191,7 @@ class AdaptiveSampling:
     _graph = None
     _reading = 0.0
     _samples: list[float]
+    _factors: list[float]
     _sampling_s: float
     _prepare_s: float
     _copies: int
@@ -209,8 +211,7 @@ class AdaptiveSampling:
         factors (see `ChainTimer.precise_samples`): on the common scale,
         with the samples' own spread, not the reference's jitter.
         """
-        samples = self._samples
-        factors = self.__dict__.get("_factors", [])
+        samples, factors = self._samples, self._factors
         if factors and len(factors) == len(samples):
             common = stats.median(factors)
             samples = [
@@ -349,8 +350,7 @@ class AdaptiveSampling:
             factor = self.scale.factor_of(self._reading)
         if factor != 1.0:
             batch = [v * factor for v in batch]
-        # Each sample's factor, for `settled` (subclasses set `_samples`).
-        self.__dict__.setdefault("_factors", []).extend([factor] * len(batch))
+        self._factors += [factor] * len(batch)  # For `settled`.
         self._samples += batch
         return batch
 

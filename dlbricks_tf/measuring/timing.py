@@ -200,6 +200,7 @@ class Timer(AdaptiveSampling):
         self._loop_args = (models, specs, input_copies, settings.jit_compile)
         self._run = None
         self._samples: list[float] = []
+        self._factors: list[float] = []
         self._sampling_s = 0.0
         self._dispatches = 0
         self._prepare_s = 0.0
@@ -239,6 +240,21 @@ class Timer(AdaptiveSampling):
             if read:
                 self._reading = float(reading.numpy())
         return (durations.numpy() * 1e3).tolist()
+
+    def batch_ms(self) -> tuple[list[float], float]:
+        """One batch as `sample` takes it, neither scaled nor kept.
+
+        For benchmarks that scale batches by rules of their own
+        (`benchmarks/scale_rules.py`). Prepares the timer first if it was
+        not. Returns each sample's raw ms (its `calls_per_sample` model
+        calls, nothing subtracted) and the ms of the reference reading
+        taken in the same call right after them (0.0 without a scale that
+        reads in-graph).
+        """
+        if not self._n:
+            self.sample()
+        durations = self.durations_ms(self._n, self._s, read=True)
+        return durations, self._reading if self._graph is not None else 0.0
 
     def run_ms(self, iterations: int) -> float:
         """Returns the wall-clock ms of one call of one sample.
