@@ -51,6 +51,7 @@ from absl import app, flags
 from benchmarks import neighbour_flags, repeat_flags
 from benchmarks.noisy_neighbour import running
 from dlbricks_tf.cli import model_flags, settings_flags, shared_flags
+from dlbricks_tf.measuring.reference import WINDOW
 
 for _name in ("models", "out", "repeats", "intra_op_threads", "neighbour"):
     flags.declare_key_flag(_name)
@@ -72,9 +73,6 @@ _WORKER = flags.DEFINE_integer(
     "worker", None, "Internal: measure as process N into --out."
 )
 
-# The window rule, reference.WINDOW's, at other lengths and damped.
-WINDOW = 9
-
 
 def _window(values: Sequence[float], i: int, k: int) -> float:
     return statistics.median(values[max(0, i - k + 1) : i + 1])
@@ -89,7 +87,8 @@ def _windowed(key: str, k: int, power: float = 1.0):
 
 
 # name -> factors of a process's batches, in the order they were taken
-# (the state is a constant: it moves no spread).
+# (the state is a constant: it moves no spread): the window rule at
+# `reference.WINDOW`, and also at other lengths and damped.
 RULES: dict[str, Callable[[Sequence[dict]], list[float]]] = {
     "raw": lambda rows: [1.0] * len(rows),
     "own reading": _windowed("reading", 1),

@@ -74,6 +74,14 @@ def write_csv(
             )
 
 
+# A file's reference states as `merge` reads them, from either side: a
+# state written before schema 6 is of `WORKLOAD_BEFORE_6`.
+_REFERENCE_ROWS = (
+    "SELECT settings_key, fingerprint_id, state_ms, created,"
+    f" COALESCE(workload, ?) FROM {_REFERENCES}"
+)
+
+
 def merge(into: Database, other: str | Path) -> int:
     """Copies results absent from `into` from another store file.
 
@@ -119,11 +127,7 @@ def merge(into: Database, other: str | Path) -> int:
             "SELECT signature, settings_key, fingerprint_id, reason,"
             f" created FROM {_FAILURES}"
         )
-        references = source._read(
-            "SELECT settings_key, fingerprint_id, state_ms, created,"
-            f" COALESCE(workload, ?) FROM {_REFERENCES}",
-            (WORKLOAD_BEFORE_6,),
-        )
+        references = source._read(_REFERENCE_ROWS, (WORKLOAD_BEFORE_6,))
         described = source._read(f"SELECT signature, json FROM {_DESCRIPTIONS}")
     check(str(other), keys, results, failed, references, described)
 
@@ -131,11 +135,7 @@ def merge(into: Database, other: str | Path) -> int:
         before = _count(db)
         # Our states as this transaction sees them: one another writer
         # calibrated since the file was read counts too.
-        ours = db.execute(
-            "SELECT settings_key, fingerprint_id, state_ms, created,"
-            f" COALESCE(workload, ?) FROM {_REFERENCES}",
-            (WORKLOAD_BEFORE_6,),
-        ).fetchall()
+        ours = db.execute(_REFERENCE_ROWS, (WORKLOAD_BEFORE_6,)).fetchall()
         unlike(str(other), references, ours)
         for table, rows in keys.items():
             db.executemany(f"INSERT OR IGNORE INTO {table} VALUES (?, ?)", rows)

@@ -304,12 +304,8 @@ class Store(Database):
         reference are milliseconds at this state, a reading of the
         workload `reference_workload` names.
         """
-        rows = self._read(
-            "SELECT state_ms FROM reference_states"
-            " WHERE settings_key = ? AND fingerprint_id = ?",
-            (settings.key(), fp.id),
-        )
-        return float(rows[0][0]) if rows else None
+        found = self._reference(settings, fp)
+        return found[0] if found else None
 
     def reference_workload(
         self, settings: RunSettings, fp: SystemFingerprint
@@ -317,14 +313,19 @@ class Store(Database):
         """The workload this machine and settings' state is a reading of,
         or None without a state (a state stored before workloads were
         named: `WORKLOAD_BEFORE_6`)."""
+        found = self._reference(settings, fp)
+        return found[1] if found else None
+
+    def _reference(
+        self, settings: RunSettings, fp: SystemFingerprint
+    ) -> tuple[float, str] | None:
+        """(state ms, workload) of this machine and settings, or None."""
         rows = self._read(
-            "SELECT workload FROM reference_states"
+            "SELECT state_ms, COALESCE(workload, ?) FROM reference_states"
             " WHERE settings_key = ? AND fingerprint_id = ?",
-            (settings.key(), fp.id),
+            (WORKLOAD_BEFORE_6, settings.key(), fp.id),
         )
-        if not rows:
-            return None
-        return rows[0][0] or WORKLOAD_BEFORE_6
+        return (float(rows[0][0]), rows[0][1]) if rows else None
 
     def put_reference_state(
         self,
@@ -362,14 +363,14 @@ class Store(Database):
             )
 
         self._write(insert)
-        kept = self.reference_workload(settings, fp)
+        state, kept = self._reference(settings, fp)
         if kept != workload:
             raise StoreError(
                 f"Store {self.path!r} holds a reference state of the "
                 f"{kept!r} workload for these settings, not of {workload!r}: "
                 "another process stored it meanwhile; run the command again."
             )
-        return self.reference_state(settings, fp)
+        return state
 
     def failures(
         self, settings: RunSettings, fp: SystemFingerprint
