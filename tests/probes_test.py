@@ -35,8 +35,13 @@ def test_the_corpus_holds_every_kind_and_the_layers_models_use():
         "Conv2D", "DepthwiseConv2D", "SeparableConv2D", "Dense",
         "BatchNormalization", "LayerNormalization", "Activation", "Add",
         "Multiply", "Concatenate", "MaxPooling2D", "GlobalAveragePooling2D",
+        "ZeroPadding2D", "Cropping2D", "Reshape", "Flatten", "Dropout",
     ):  # fmt: skip
         assert name in classes, name
+    # Squeeze-and-excitation's 1x1 convolutions on 1x1 maps.
+    squeeze = [s for s in specs if s.kind == "squeeze"]
+    assert squeeze and all(s.inputs[0][:2] == (1, 1) for s in squeeze)
+    assert {s.layers[0].class_name for s in squeeze} == {"Conv2D"}
     grouped = [
         dict(s.layers[0].args)["groups"] for s in specs if s.kind == "grouped"
     ]
