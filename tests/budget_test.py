@@ -152,6 +152,11 @@ def test_run_within_a_budget_stops_and_predicts_the_rest(files, tmp_path):
         assert 0 <= low <= row["estimated_ms"] <= high
     assert "budget s (spent)" in proc.stdout
     assert "% predicted" in proc.stdout
+    # The bricks it timed correct the predictions of the rest, per kind.
+    timed = corpus["bricks_timed"]
+    assert f"predictions corrected by {timed} timed brick(s)" in (
+        proc.stdout + proc.stderr
+    )
 
 
 def test_the_python_api_runs_within_a_budget(files, tmp_path):
