@@ -10,7 +10,6 @@ with predicted bricks, are checked on planted numbers.
 import collections
 import json
 import math
-import random
 import sqlite3
 import subprocess
 import sys
@@ -19,7 +18,7 @@ import keras
 import pytest
 
 import dlbricks_tf
-from dlbricks_tf.estimating import features, predict, ranges, rows
+from dlbricks_tf.estimating import predict, ranges, rows
 from dlbricks_tf.measuring import sampling
 from dlbricks_tf.running import budget
 from dlbricks_tf.stats import Timing
@@ -240,26 +239,6 @@ def test_bench_probes_keeps_the_predictor_a_budget_reads_back(files, tmp_path):
     assert corpus["first_fit_s"] >= 0
     assert corpus["probes_s"] >= 0
     assert "probes s + first fit s" in proc.stdout
-
-
-def test_a_refit_keeps_the_cross_validation_it_is_given():
-    rng = random.Random(0)
-    data = []
-    for i in range(40):
-        flops = rng.uniform(1e5, 1e8)
-        row = dict.fromkeys(features.feature_names(), 0.0)
-        row["matrix_flops"] = flops
-        row["calls"] = 1.0
-        ms = flops / 1e6 * rng.uniform(0.9, 1.1)
-        data.append(predict.Example(f"b{i}", row, ms, "g"))
-    first = predict.Predictor.fit(data[:20])
-    again = predict.Predictor.fit(data, cv=first.cv)
-    assert again.cv is first.cv
-    fresh = predict.Predictor.fit(data)
-    assert fresh.cv.bricks == 40 and again.cv.bricks == 20
-    # The same trees either way: only the cross-validation is skipped.
-    rows_ = [e.features for e in data]
-    assert again.predict_ms(rows_) == fresh.predict_ms(rows_)
 
 
 @pytest.mark.parametrize(

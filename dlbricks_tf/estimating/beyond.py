@@ -59,7 +59,6 @@ def train(
     fuse: bool = False,
     descriptions: Mapping[str, str] | None = None,
     log: Any = None,
-    cv: predict_lib.CrossValidation | None = None,
 ) -> predict_lib.Predictor:
     """A predictor fitted on the stored bricks of some models.
 
@@ -74,7 +73,6 @@ def train(
             a model of `graphs` holds them.
         log: Called with a line naming descriptions that do not read back
             (left out), if given.
-        cv: Kept instead of cross-validating again (`Predictor.fit`).
 
     Its cross-validation holds out whole families of keras.applications
     (`corpus.family`; any other model is a family of its own; a brick
@@ -102,7 +100,7 @@ def train(
                 f"Predictor: left out {len(unread)} stored description(s) "
                 f"that do not read back (brick {first}: {why})"
             )
-    return predict_lib.Predictor.fit(data, method=METHOD, cv=cv)
+    return predict_lib.Predictor.fit(data, method=METHOD)
 
 
 def estimate_graph(

@@ -253,7 +253,6 @@ class Predictor:
         method: str = "kinds",
         folds: int = 5,
         seed: int = 0,
-        cv: CrossValidation | None = None,
     ) -> Predictor:
         """Fits a predictor and cross-validates it.
 
@@ -264,11 +263,6 @@ class Predictor:
                 more groups among `data`, each fold holds out whole groups
                 (as many folds as groups, at most this many).
             seed: Seeds the folds and the trees.
-            cv: The cross-validation of an earlier fit of fewer of these
-                bricks, kept instead of cross-validating again (one fit
-                instead of folds + 1): a refit as a campaign times more
-                bricks. Its interval is that of a predictor that learnt
-                from less, so it errs wide.
 
         Returns:
             The predictor, fitted on all of `data`.
@@ -292,10 +286,6 @@ class Predictor:
             )
         x = np.array([features.vector(e.features) for e in data])
         y = np.log(np.array([max(e.median_ms, MIN_MS) for e in data]))
-        if cv is not None:
-            model = regressors.make(method, seed)
-            model.fit(x, y)
-            return cls(model, method, cv)
         groups = [e.group for e in data]
         grouped = len(set(groups)) >= 2
         if grouped:  # Each fold holds out whole groups.
