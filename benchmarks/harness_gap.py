@@ -19,10 +19,12 @@ The ratios say how much of an estimate's miss is the harness of the whole
 model (`one link / loop`) and how much the cut (`bricks / one link`).
 
 --granularity (one G) and --intra_op_threads are the command line's flags;
-without --models, one model per family.
+without --models, one model per family. --repeats (20 by default here,
+`benchmarks.repeat_flags`) is the number of interleaved rounds per model:
+one batch of each way of timing it per round.
 
 Usage:
-    python -m benchmarks.harness_gap --intra_op_threads=2 --rounds=20
+    python -m benchmarks.harness_gap --intra_op_threads=2 --repeats=20
 """
 
 from __future__ import annotations
@@ -35,18 +37,12 @@ import time
 
 from absl import app, flags
 
-from benchmarks import sampling_flags
+from benchmarks import repeat_flags, sampling_flags
 from dlbricks_tf.cli import model_flags, settings_flags
 
 # Shown by --helpshort.
-for _name in ("granularity", "intra_op_threads", "models"):
+for _name in ("granularity", "intra_op_threads", "models", "repeats"):
     flags.declare_key_flag(_name)
-_ROUNDS = flags.DEFINE_integer(
-    "rounds",
-    20,
-    "Interleaved rounds per model: one batch of each way of timing each.",
-    lower_bound=1,
-)
 _CALLS = flags.DEFINE_integer(
     "calls", 5, "Python calls of the tf.function per round.", lower_bound=1
 )
@@ -110,7 +106,7 @@ def main(argv: list[str]) -> None:
         call(arg)
         call(arg)
         loop_ms, call_ms = [], []
-        for _ in range(_ROUNDS.value):
+        for _ in range(repeat_flags.REPEATS.value):
             loop_ms += loop.sample()
             whole.sample()
             bricks.sample()
@@ -145,4 +141,5 @@ def main(argv: list[str]) -> None:
 
 
 if __name__ == "__main__":
+    flags.FLAGS.set_default("repeats", 20)
     app.run(main)
