@@ -434,10 +434,12 @@ def time_within_budget(
     entries = {e.signature: e for e in suite.entries}
     rows = {}  # Features of each brick, read once.
     kinds: dict[str, str] = {}
-    # The bricks timed since the predictor was fitted: it did not learn
-    # from them, so they say how far off its predictions are.
-    calibrating: list[str] = []
+    # What the predictor in force priced each brick at, read once.
+    priced: dict[str, float] = {}
     timed: list[str] = []
+    # timed[fitted_at:] were timed after the predictor was fitted: it did
+    # not learn from them, so they say how far off its predictions are.
+    fitted_at = 0
     failed: list[tuple[str, str]] = []
     bad: set[str] = set()
     stopped = ALL_TIMED
@@ -452,27 +454,31 @@ def time_within_budget(
         found = regressors.brick_kinds([features.vector(rows[s]) for s in new])
         kinds.update(zip(new, found, strict=True))
 
+    def price(signatures: Sequence[str]) -> None:
+        """Prices each brick the predictor in force has not priced yet."""
+        new = [s for s in signatures if s not in priced]
+        described(new)
+        ms = predictor.predict_ms([rows[s] for s in new])
+        priced.update(zip(new, ms, strict=True))
+
     def calibrated() -> calibration.Calibration:
-        use = [s for s in calibrating if s in timings]
+        use = [s for s in timed[fitted_at:] if s in timings]
         if predictor is None or not use:
             return calibration.Calibration()
-        described(use)
+        price(use)
         return calibration.fit(
             [kinds[s] for s in use],
             [timings[s].center_ms for s in use],
-            predictor.predict_ms([rows[s] for s in use]),
+            [priced[s] for s in use],
         )
 
-    def predictions() -> dict[str, Timing]:
+    def predictions(cal: calibration.Calibration) -> dict[str, Timing]:
         todo = [s for s in suite.signatures if s not in timings]
         if predictor is None or not todo:
             return {}
-        described(todo)
-        ms = predictor.predict_ms([rows[s] for s in todo])
-        cal = calibrated()
+        price(todo)
         return {
-            s: predictor.timing(m * cal.factor(kinds[s]))
-            for s, m in zip(todo, ms, strict=True)
+            s: predictor.timing(priced[s] * cal.factor(kinds[s])) for s in todo
         }
 
     def committed(key: str, result: Timing) -> None:
@@ -486,7 +492,7 @@ def time_within_budget(
             on_failure(key, reason)
 
     while True:
-        guessed = predictions()
+        guessed = predictions(calibrated())
         todo = [
             s for s in suite.signatures if s not in timings and s not in bad
         ]
@@ -566,7 +572,6 @@ def time_within_budget(
             scale=scale,
         )
         timed += summary.timed
-        calibrating += summary.timed
         failed += summary.failed
         if batch:  # What a brick cost this round beyond its samples.
             sampled = sum(
@@ -579,9 +584,10 @@ def time_within_budget(
         if predictor is None and elapsed() < budget_s:
             predictor = refit()
             if predictor is not None:
-                calibrating = []  # It learnt from them.
-    guessed = predictions()
+                fitted_at = len(timed)  # It learnt from them.
+                priced.clear()
     cal = calibrated()
+    guessed = predictions(cal)
     log(
         f"Budget: {len(timed)} brick(s) timed, {len(guessed)} predicted, "
         f"{elapsed():.1f} s of {budget_s:g} s spent ({fit_s:.1f} s fitting "
