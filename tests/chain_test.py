@@ -186,6 +186,45 @@ def test_campaign_samples_its_chains_side_by_side_and_estimates_a_tiny_model():
     assert 0 < est.ms < float("inf")
 
 
+@pytest.mark.parametrize("model_rounds", [0, 7, 40])
+def test_settled_chains_keep_pace_with_their_model_to_their_caps(
+    model_rounds,
+):
+    # A precision every sample meets: the chains settle at min_samples.
+    _, suite = _bricks(models.residual()[0])
+    bricks = [
+        campaign.ChainedBrick(e.signature, functools.partial(e.brick.build, 1))
+        for e in suite.entries
+    ]
+    weights = {"m": {e.signature: e.count("m") for e in suite.entries}}
+    options = timing.TimingOptions(
+        precision=10.0,
+        min_samples=3,
+        max_samples=12,
+        max_seconds=60.0,
+        chain_links=max(1, len(bricks) // 2),
+    )
+    rounds = []
+    committed = {}
+    campaign.time_chains(
+        bricks,
+        SETTINGS,
+        options,
+        weights=weights,
+        between=lambda: rounds.append(1),
+        on_result=committed.__setitem__,
+        check_settings=CHECKED,
+        # The model is done after `model_rounds` rounds.
+        pace=lambda: len(rounds) < model_rounds,
+    )
+    # Settled at 3 passes; beside a model not done, one more pass per
+    # round until it is (the pass before the round that ends it counts),
+    # never past max_samples.
+    want = min(max(3, model_rounds + 1), 12)
+    assert {r.samples for r in committed.values()} == {want}
+    assert len(rounds) == want
+
+
 def test_a_brick_a_model_calls_often_gets_more_links_per_pass():
     _, suite = _bricks(models.chain()[0])
     bricks = [

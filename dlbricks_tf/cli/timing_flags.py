@@ -69,6 +69,16 @@ CHAIN_ORDER = flags.DEFINE_enum(
     "Order of the bricks in chains: as the models run them, or shuffled "
     "(seeded).",
 )
+KEEP_PACE = flags.DEFINE_bool(
+    "keep_pace",
+    False,
+    "Chains sampled beside their whole model keep sampling (to their caps) "
+    "until the model's own timing is done, so that both cover the same "
+    "rounds of a noisy machine (--protocol=chain). Off: a chain stops as "
+    "soon as its bricks are precise (beside a neighbour, on costs 1.3-1.5x "
+    "the campaign for about one model in 13 more within +-10%; "
+    "docs/measuring.md).",
+)
 TARGET_MS = flags.DEFINE_float(
     "target_sample_ms",
     1.0,
@@ -151,6 +161,7 @@ def options(protocol: str | None = None):
         input_copies=INPUT_COPIES.value,
         chain_links=CHAIN_LINKS.value,
         chain_order=CHAIN_ORDER.value,
+        keep_pace=KEEP_PACE.value,
         brick_max_samples=BRICK_MAX_SAMPLES.value,
         brick_max_seconds=BRICK_MAX_SECONDS.value,
     )

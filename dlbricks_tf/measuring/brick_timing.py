@@ -144,6 +144,13 @@ def failure_reason(error: BaseException) -> str:
     return reason
 
 
+def _pace(between: Callable[[], None] | None) -> Callable[[], bool] | None:
+    """While a whole model sampled in `between` is not done; else None."""
+    if isinstance(between, rounds.ModelSampler):
+        return lambda: not between.done
+    return None
+
+
 def time_bricks(
     bricks: Sequence[BrickToTime],
     settings: settings_lib.RunSettings,
@@ -260,6 +267,7 @@ def time_bricks(
             check_settings=check_settings,
             on_failure=fail,
             scale=scale,
+            pace=_pace(between) if options.keep_pace else None,
         )
         clock.add(rounds.SETUP, summary.setup_s)
         clock.add(rounds.CAMPAIGN, summary.setup_s + summary.sampling_s)

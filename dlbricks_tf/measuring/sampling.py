@@ -67,6 +67,11 @@ class TimingOptions:
             `dlbricks_tf.measuring.campaign`); there `precision` is that of each
             model's estimate and the caps are per chain.
         chain_order: "model" (the models' order) or "shuffled".
+        keep_pace: Chains sampled beside a whole model keep sampling,
+            to their caps, until the model's own timing is done, so that
+            both cover the same rounds (`dlbricks_tf.measuring.campaign`;
+            off by default: it costs campaign time for a gain within the
+            noise, docs/measuring.md).
     """
 
     precision: float = 0.02
@@ -85,6 +90,7 @@ class TimingOptions:
     seed: int = 0
     chain_links: int = 128
     chain_order: str = "model"
+    keep_pace: bool = False
 
 
 def model_and_brick_options(
@@ -94,6 +100,7 @@ def model_and_brick_options(
     weight_copies: int = 1,
     chain_links: int = 128,
     chain_order: str = "model",
+    keep_pace: bool = False,
     brick_max_samples: int | None = None,
     brick_max_seconds: float | None = None,
     **model_options,
@@ -110,8 +117,8 @@ def model_and_brick_options(
 
     Args:
         protocol: "chain" or "loop", how bricks are timed.
-        input_copies, weight_copies, chain_links, chain_order: Those of
-            the bricks (see `TimingOptions`).
+        input_copies, weight_copies, chain_links, chain_order, keep_pace:
+            Those of the bricks (see `TimingOptions`).
         brick_max_samples, brick_max_seconds: Caps per brick under
             "loop" (None: the models' caps).
         **model_options: Other `TimingOptions` fields, for both.
@@ -133,6 +140,7 @@ def model_and_brick_options(
         weight_copies=weight_copies,
         chain_links=chain_links,
         chain_order=chain_order,
+        keep_pace=keep_pace,
     )
     if protocol == "loop":
         bricks = dataclasses.replace(
