@@ -33,6 +33,14 @@ def _bricks(model, granularity=1):
     return d, suite
 
 
+def _chained(suite):
+    """The suite's bricks as a campaign takes them, built at batch 1."""
+    return [
+        campaign.ChainedBrick(e.signature, functools.partial(e.brick.build, 1))
+        for e in suite.entries
+    ]
+
+
 def test_layout_spreads_empty_links_and_keeps_every_brick_once():
     layout = chain_graph.layout(chain_graph.occurrences([1] * 10), 4)
     assert [i for i in layout if i is not None] == list(range(10))
@@ -155,10 +163,7 @@ def test_a_chain_refuses_repeated_keys_and_xla():
 def test_campaign_samples_its_chains_side_by_side_and_estimates_a_tiny_model():
     d, suite = _bricks(models.residual()[0])
     weights = {"m": {e.signature: e.count("m") for e in suite.entries}}
-    bricks = [
-        campaign.ChainedBrick(e.signature, functools.partial(e.brick.build, 1))
-        for e in suite.entries
-    ]
+    bricks = _chained(suite)
     links = max(1, len(bricks) // 3)
     options = timing.TimingOptions(
         min_samples=4, max_samples=8, max_seconds=2.0, chain_links=links
@@ -192,10 +197,7 @@ def test_settled_chains_keep_pace_with_their_model_to_their_caps(
 ):
     # A precision every sample meets: the chains settle at min_samples.
     _, suite = _bricks(models.residual()[0])
-    bricks = [
-        campaign.ChainedBrick(e.signature, functools.partial(e.brick.build, 1))
-        for e in suite.entries
-    ]
+    bricks = _chained(suite)
     weights = {"m": {e.signature: e.count("m") for e in suite.entries}}
     options = timing.TimingOptions(
         precision=10.0,
@@ -227,10 +229,7 @@ def test_settled_chains_keep_pace_with_their_model_to_their_caps(
 
 def test_a_brick_a_model_calls_often_gets_more_links_per_pass():
     _, suite = _bricks(models.chain()[0])
-    bricks = [
-        campaign.ChainedBrick(e.signature, functools.partial(e.brick.build, 1))
-        for e in suite.entries
-    ]
+    bricks = _chained(suite)
     often = bricks[0].key
     calls = campaign.CALLS_PER_REPEAT * 2  # Two links a pass.
     weights = {"m": {b.key: 1 for b in bricks} | {often: calls}}
@@ -250,10 +249,7 @@ def test_a_brick_a_model_calls_often_gets_more_links_per_pass():
 
 def test_a_stop_request_keeps_the_chains_already_committed():
     _, suite = _bricks(models.residual()[0])
-    bricks = [
-        campaign.ChainedBrick(e.signature, functools.partial(e.brick.build, 1))
-        for e in suite.entries
-    ]
+    bricks = _chained(suite)
     committed = []
     asked = []
 
