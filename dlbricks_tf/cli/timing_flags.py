@@ -75,9 +75,9 @@ KEEP_PACE = flags.DEFINE_bool(
     "Chains sampled beside their whole model keep sampling (to their caps) "
     "until the model's own timing is done, so that both cover the same "
     "rounds of a noisy machine (--protocol=chain). Off: a chain stops as "
-    "soon as its bricks are precise (beside a neighbour, on costs 1.3-1.5x "
-    "the campaign for about one model in 13 more within +-10%; "
-    "docs/measuring.md).",
+    "soon as its bricks are precise. Beside a neighbour it cost 1.3-1.5x "
+    "the campaign for about one model in 13 more within +-10% "
+    "(docs/measuring.md).",
 )
 TARGET_MS = flags.DEFINE_float(
     "target_sample_ms",

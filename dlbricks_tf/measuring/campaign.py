@@ -250,9 +250,8 @@ def time_chains(
             )
             if settled:
                 # Beside a model still sampling, keep its pace (to the caps).
-                return not (pace is not None and pace()) or capped(chain), (
-                    holding
-                )
+                pacing = pace is not None and pace()
+                return not pacing or capped(chain), holding
         return capped(chain), holding
 
     def commit(chain: Any, holding: frozenset[str]) -> None:
