@@ -49,7 +49,12 @@ from benchmarks import (
     sampling_flags,
     sweep_flags,
 )
-from dlbricks_tf.cli import model_flags, shared_flags, timing_flags
+from dlbricks_tf.cli import (
+    model_flags,
+    run_command,
+    shared_flags,
+    timing_flags,
+)
 from dlbricks_tf.cutting import split as split_lib
 from dlbricks_tf.models import corpus
 from dlbricks_tf.running import report_json
@@ -124,6 +129,7 @@ def _run_granularity(
         fuse=fuse,
         log=lambda line: logging.info("%s", line),
         reference=timing_flags.REFERENCE.value,
+        anchors=run_command.ANCHORS.value,
     )
     if settings.protocol == "chain":
         # A chain times every brick at once: any --recheck re-times them all.

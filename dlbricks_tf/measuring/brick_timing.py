@@ -39,7 +39,13 @@ import dataclasses
 import functools
 import re
 import time
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import (
+    Callable,
+    Collection,
+    Iterable,
+    Mapping,
+    Sequence,
+)
 from pathlib import Path
 from typing import Any
 
@@ -168,6 +174,7 @@ def time_bricks(
     on_result: Callable[[str, Timing], None] | None = None,
     on_failure: Callable[[str, str], None] | None = None,
     scale: Any = None,
+    unstored: Collection[str] = (),
 ) -> BrickSummary:
     """Times `bricks` under `settings` and commits each result to `store`.
 
@@ -206,6 +213,9 @@ def time_bricks(
         on_failure: Called with (key, reason) after a failure is stored.
         scale: A `reference.ReferenceScale`: every batch of samples is
             scaled to the machine's reference state; None: raw times.
+        unstored: Keys timed only to be compared (a model's anchors,
+            `dlbricks_tf.estimating.anchors`): handed to `on_result`,
+            never written to the store, not in the summary's `timed`.
 
     Returns:
         What was timed, re-measured and failed.
@@ -222,16 +232,19 @@ def time_bricks(
     failed: list[tuple[str, str]] = []
 
     def commit(key: str, result: Timing) -> None:
-        store.put(key, settings, fingerprint, result, describe(key))
-        timed.append(key)
-        if result.noisy:
-            noisy.append(key)
+        if key not in unstored:
+            store.put(key, settings, fingerprint, result, describe(key))
+            timed.append(key)
+            if result.noisy:
+                noisy.append(key)
         if on_result is not None:
             on_result(key, result)
 
     def fail(key: str, error: BaseException) -> None:
         if isinstance(error, _NOT_A_BRICK_FAULT):
             raise error
+        if key in unstored:  # Its stored timing stands; no anchor then.
+            return
         reason = failure_reason(error)
         store.put_failure(key, settings, fingerprint, reason)
         failed.append((key, reason))

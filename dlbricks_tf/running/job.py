@@ -35,6 +35,7 @@ Example:
 
 from __future__ import annotations
 
+import collections
 import dataclasses
 import functools
 import math
@@ -43,6 +44,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from dlbricks_tf.cutting import suite as suite_lib
+from dlbricks_tf.estimating import anchors as anchors_lib
 from dlbricks_tf.estimating import ranges
 from dlbricks_tf.estimating.rows import corpus_row, model_row
 from dlbricks_tf.machine.fingerprint import system_fingerprint
@@ -118,6 +120,7 @@ def run_granularity(
     reference: bool = False,
     budget_s: float | None = None,
     probe_count: int | None = None,
+    anchors: bool = False,
 ) -> GranularityResult:
     """Measures every model and its bricks at one G, and estimates.
 
@@ -168,6 +171,12 @@ def run_granularity(
             the corpus row the budget's figures. None: every brick is
             timed, interleaved with its model. TF only.
         probe_count: The probes timed under a budget (default: all).
+        anchors: A model whose brick calls are mostly stored already gets
+            anchors (`dlbricks_tf.estimating.anchors`): its heaviest
+            stored bricks, timed again beside it in its rounds (not
+            stored), carry its stored bricks to the phase of its own
+            measurement; its row gives `anchor_bricks` and
+            `anchor_drift`. TF chains only.
 
     Returns:
         The rows of report.json (`runs`, `corpus`) and what they came from.
@@ -268,10 +277,33 @@ def run_granularity(
         results[key] = result  # Committed to the store already.
         finished(name)
 
+    def anchor_or_brick(name, anchored, retimed, key, result) -> None:
+        """A result of the model's campaign: an anchor's (kept apart,
+        never stored) or a brick's (`brick_done`)."""
+        if key in anchored:
+            retimed[key] = result
+        else:
+            brick_done(name, key, result)
+
     def brick_failed(name: str, key: str, reason: str) -> None:
         failed[key] = reason
         log(f"G={granularity} {name}: brick {key} failed: {reason}")
         finished(name)
+
+    def anchor_bricks(d, model, keys) -> list[brick_timing.BrickToTime]:
+        """The model's stored bricks `keys`, to time again beside it."""
+        of = {}
+        for brick in d.bricks:
+            of.setdefault(brick.signature, brick)
+        return [
+            brick_timing.BrickToTime(
+                key,
+                functools.partial(
+                    program.program, of[key], settings.batch_size, model
+                ),
+            )
+            for key in keys
+        ]
 
     def to_time(d, model) -> list[brick_timing.BrickToTime]:
         """The model's bricks not yet timed, each with its builder."""
@@ -364,9 +396,20 @@ def run_granularity(
         # Under a budget the bricks were timed (or predicted) already: the
         # model is sampled alone (`finish`).
         summary = brick_timing.BrickSummary()
+        counts = collections.Counter(b.signature for b in d.bricks)
+        retimed: dict[str, Timing] = {}
+        stored_before = {s for s in counts if s in results}
         if spent is None:
+            bricks = to_time(d, model)
+            anchored = []
+            if anchors and not ort and settings.protocol == "chain":
+                anchored = anchors_lib.choose(
+                    counts, results, {b.key for b in bricks}
+                )
+                bricks += anchor_bricks(d, model, anchored)
+
             summary = brick_timing.time_bricks(
-                to_time(d, model),
+                bricks,
                 settings,
                 fingerprint,
                 store,
@@ -376,9 +419,12 @@ def run_granularity(
                 between=model_rounds,
                 clock=clock,
                 check_settings=check_settings,
-                on_result=functools.partial(brick_done, source.name),
+                on_result=functools.partial(
+                    anchor_or_brick, source.name, frozenset(anchored), retimed
+                ),
                 on_failure=functools.partial(brick_failed, source.name),
                 scale=scale,
+                unstored=anchored,
             )
         meter.tick()
         remeasured.extend(summary.remeasured)
@@ -387,16 +433,33 @@ def run_granularity(
         store.put_model(
             source.name, settings, fingerprint, measured[source.name]
         )
+        drift = anchors_lib.drift(counts, results, retimed)
         row = model_row(
             source.name,
             granularity,
             settings,
             measured[source.name],
-            results,
+            anchors_lib.carried(results, stored_before, drift),
             d,
             failed,
             predicted=None if spent is None else spent.predicted,
         )
+        row["anchor_bricks"] = len(retimed)
+        row["anchor_drift"] = drift
+        if retimed and not math.isnan(row["estimated_ms"]):
+            # The drift is known to its anchors' precision, on the stored
+            # part of the estimate.
+            part = sum(
+                c * results[s].center_ms * drift
+                for s, c in counts.items()
+                if s in stored_before
+            )
+            row["estimate_precision"] = math.hypot(
+                row["estimate_precision"],
+                anchors_lib.drift_precision(counts, retimed)
+                * part
+                / row["estimated_ms"],
+            )
         if spent is not None:
             mine = {b.signature for b in d.bricks}
             new_bricks = sum(s in mine for s in spent.timed)
@@ -492,6 +555,7 @@ def run_job(
     reference: bool = False,
     budget_s: float | None = None,
     probe_count: int | None = None,
+    anchors: bool = False,
 ) -> tuple[dict[str, Any], dict[int, GranularityResult]]:
     """Runs `run_granularity` for every G; returns the report and details.
 
@@ -506,8 +570,8 @@ def run_job(
         report_path: Where to write report.json, rewritten after every G
             so a stopped run keeps what it did; None writes nothing.
         reuse_stored, safe_mode, check_settings, progress, log, fuse,
-            onnx_folder, reference, budget_s, probe_count: As in
-            `run_granularity` (a budget is each G's).
+            onnx_folder, reference, budget_s, probe_count, anchors: As
+            in `run_granularity` (a budget is each G's).
 
     Returns:
         (report, {G: GranularityResult}); the report as in report.json.
@@ -535,6 +599,7 @@ def run_job(
             reference=reference,
             budget_s=budget_s,
             probe_count=probe_count,
+            anchors=anchors,
         )
         details[g] = result
         report["runs"] += result.runs
