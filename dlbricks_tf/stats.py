@@ -105,6 +105,18 @@ class Timing:
             self.median_ms, self.ci_low_ms, self.ci_high_ms
         )
 
+    def scaled(self, factor: float) -> Timing:
+        """The same timing with every millisecond of its samples (`SAMPLE_MS`)
+        multiplied by `factor`; the overheads, counts and flags kept."""
+        return dataclasses.replace(
+            self,
+            **{
+                name: getattr(self, name) * factor
+                for name in SAMPLE_MS
+                if getattr(self, name) is not None
+            },
+        )
+
     def to_dict(self) -> dict[str, Any]:
         """Returns the fields as a JSON-serialisable dict."""
         return dataclasses.asdict(self)
@@ -126,6 +138,9 @@ class Timing:
 # jitter), so a real timing may hold zeros.
 LATENCIES = ("min_ms", "median_ms", "trimmed_mean_ms", "max_ms", "ci_low_ms",
              "ci_high_ms")  # fmt: skip
+# The fields that are milliseconds of the samples: what a reference state
+# or a drift scales (the overheads subtracted from them are not).
+SAMPLE_MS = (*LATENCIES, "mean_ms", "mean_half_ms")
 # Figures that may be absent (NULL in a store written before the means).
 _OPTIONAL = ("mean_ms", "mean_half_ms")
 # Overheads that were subtracted or are added back: finite, 0 ms or more.

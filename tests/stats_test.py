@@ -60,6 +60,18 @@ def test_relative_half_width():
     assert math.isinf(stats.relative_half_width(0.0, 0.0, 0.0))
 
 
+def test_a_scaled_timing_scales_its_samples_not_its_overheads():
+    t = stats.summarize(
+        [1.0, 2.0, 3.0, 4.0, 5.0], noisy=False, loop_overhead_ms=0.5
+    )
+    doubled = t.scaled(2.0)
+    for name in stats.SAMPLE_MS:
+        assert getattr(doubled, name) == pytest.approx(2 * getattr(t, name))
+    assert doubled.loop_overhead_ms == 0.5 and doubled.samples == 5
+    assert doubled.noisy == t.noisy
+    assert doubled.center_ms == pytest.approx(6.0)
+
+
 def test_timing_dict_round_trip():
     t = stats.summarize([1.0, 2.0, 3.0], noisy=True, dispatch_ms=0.3)
     assert stats.Timing.from_dict(t.to_dict()) == t

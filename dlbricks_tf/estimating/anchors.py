@@ -37,7 +37,6 @@ Nothing here imports TensorFlow.
 
 from __future__ import annotations
 
-import dataclasses
 import math
 from collections.abc import Collection, Mapping
 
@@ -54,17 +53,6 @@ SHARE = 0.5
 # about 10-25 ms a brick, and the heaviest few hold most of a model (a
 # ResNet50's five heaviest stored bricks hold 45% of its estimate).
 MOST = 24
-# The ms fields of a `Timing` that a drift scales.
-_SCALED = (
-    "min_ms",
-    "median_ms",
-    "trimmed_mean_ms",
-    "max_ms",
-    "ci_low_ms",
-    "ci_high_ms",
-    "mean_ms",
-    "mean_half_ms",
-)
 
 
 def choose(
@@ -152,13 +140,5 @@ def carried(
     if factor == 1.0:
         return out
     for key in keys:
-        t = stored[key]
-        out[key] = dataclasses.replace(
-            t,
-            **{
-                name: getattr(t, name) * factor
-                for name in _SCALED
-                if getattr(t, name) is not None
-            },
-        )
+        out[key] = stored[key].scaled(factor)
     return out

@@ -23,7 +23,7 @@ from typing import Any
 from dlbricks_tf.cutting import description
 from dlbricks_tf.machine.fingerprint import SystemFingerprint
 from dlbricks_tf.machine.settings import RunSettings
-from dlbricks_tf.stats import timing_problem
+from dlbricks_tf.stats import SAMPLE_MS, timing_problem
 from dlbricks_tf.storing.database import (
     _DESCRIPTIONS,
     _FAILURES,
@@ -173,16 +173,7 @@ def merge(into: Database, other: str | Path) -> int:
 
 # The columns of a timing that are milliseconds of its samples (scaled by
 # the reference when it was timed); dispatch and loop overheads are not.
-SCALED = (
-    "min_ms",
-    "median_ms",
-    "trimmed_mean_ms",
-    "max_ms",
-    "ci_low_ms",
-    "ci_high_ms",
-    "mean_ms",
-    "mean_half_ms",
-)
+SCALED = SAMPLE_MS
 
 
 def unlike(path: str, theirs: Sequence[tuple], ours: Sequence[tuple]):
