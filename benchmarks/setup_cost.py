@@ -39,6 +39,15 @@ _BARE = flags.DEFINE_bool(
     "Trace and first-call the bricks without the chain's link harness "
     "(no stamps, slices or feeding): the floor of their setup.",
 )
+# The parts of a campaign's setup the table prints, in order.
+PARTS = (
+    "build",
+    "synthetic inputs",
+    "memory check",
+    "trace",
+    "first call",
+    "warm-up calls",
+)
 _LIVE = flags.DEFINE_bool(
     "live_layers",
     True,
@@ -207,14 +216,7 @@ def main(argv: list[str]) -> None:
     )
     print("| part | ms per unique brick |")
     print("|---|---:|")
-    for part in [
-        "build",
-        "synthetic inputs",
-        "memory check",
-        "trace",
-        "first call",
-        "warm-up calls",
-    ]:
+    for part in PARTS:
         print(f"| {part} | {1e3 * seconds[part] / n:.1f} |")
     sampling = summary.sampling_s
     print(f"| (sampling, 3 samples) | {1e3 * sampling / n:.1f} |")

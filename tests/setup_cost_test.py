@@ -6,17 +6,11 @@ import sys
 
 import pytest
 
+from benchmarks.setup_cost import PARTS
 from tests import cli
 
-_PARTS = (
-    "build",
-    "synthetic inputs",
-    "memory check",
-    "trace",
-    "first call",
-    "warm-up calls",
-    "(sampling, 3 samples)",
-)
+# What the table prints: the setup's parts and the sampling.
+_PARTS = (*PARTS, "(sampling, 3 samples)")
 
 
 def _table(stdout: str) -> dict[str, float]:
