@@ -80,6 +80,20 @@ def test_session_uses_the_requested_threads(chain_onnx):
     assert session.get_providers() == ["CPUExecutionProvider"]
 
 
+def test_session_config_entries_reach_every_session(chain_onnx):
+    spinning = "session.intra_op.allow_spinning"
+    timer = ort_timing.OrtTimer(
+        chain_onnx,
+        ORT,
+        dataclasses.replace(FAST, weight_copies=2),
+        session_config={spinning: "0"},
+    )
+    assert len(timer.sessions) == 2
+    for session in timer.sessions:
+        options = session.get_session_options()
+        assert options.get_session_config_entry(spinning) == "0"
+
+
 def test_arrays_for_specs_respect_bounds_and_dtypes():
     specs = [
         ((5,), "int32"),

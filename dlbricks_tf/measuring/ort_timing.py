@@ -53,7 +53,7 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -102,6 +102,8 @@ class OrtTimer(sampling.AdaptiveSampling):
             for the Keras model); None: no bounds (small ints).
         profile_prefix: Profile every run with ORT's profiler (see
             `session_for`); slows the runs, for tests.
+        session_config: Session configuration entries of every session
+            (see `session_for`), e.g. to stop idle threads spinning.
 
     Raises:
         OnnxRuntimeMissingError: If onnxruntime cannot be imported.
@@ -118,6 +120,7 @@ class OrtTimer(sampling.AdaptiveSampling):
         input_specs: Sequence[tuple[Sequence[int], str]] | None = None,
         id_bounds: Sequence[int | None] | None = None,
         profile_prefix: str | None = None,
+        session_config: Mapping[str, str] | None = None,
     ) -> None:
         self.path = str(path)
         self.name = Path(path).stem
@@ -139,7 +142,12 @@ class OrtTimer(sampling.AdaptiveSampling):
         weight_copies = max(1, self.options.weight_copies)
         input_copies = max(1, self.options.input_copies)
         self.sessions = [
-            session_for(path, settings, profile_prefix=profile_prefix)
+            session_for(
+                path,
+                settings,
+                profile_prefix=profile_prefix,
+                config=session_config,
+            )
             for _ in range(weight_copies)
         ]
         where = f"ONNX model {self.path!r}"
