@@ -271,6 +271,11 @@ class AdaptiveSampling:
         return self._prepare_s
 
     @property
+    def sampling_seconds(self) -> float:
+        """Wall-clock seconds spent taking samples (since `restart`)."""
+        return self._sampling_s
+
+    @property
     def dispatch_ms(self) -> float:
         """Cost of one call that no sample contains (0 before sampling)."""
         raise NotImplementedError

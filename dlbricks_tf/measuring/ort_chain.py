@@ -1,0 +1,349 @@
+"""ONNX Runtime chains: many bricks timed in one session, split by profile.
+
+A chain is a run of bricks' ONNX files merged into one graph
+(`dlbricks_tf.measuring.ort_chain_graph`), in which each brick reads what
+the bricks before it wrote, as inside a model. `OrtChain` holds two
+sessions of that graph: `timer`, an `ort_timing.OrtTimer` that times it
+as a whole (one `Run` per call, its overhead subtracted, to the options'
+precision), and `profile`, a session with ORT's profiler on whose runs
+give each node's kernel time. Both are samplers: `sampling.time_interleaved`
+takes them in the same rounds as the whole models.
+
+Attribution (`attribute`). ONNX has no clock op, so a brick's share comes
+from the profiler: the kernel times of the nodes that carry its name
+prefix (`ort_chain_graph.brick_of`), over the profiled runs after a
+warm-up. The profiler slows what it watches (it records an event per
+node; small graphs most, ORT issue 20238), so its times are not used as
+they are: they are scaled so that bricks and edges together sum to the
+chain's unprofiled median. The nodes of no brick (reorders ORT puts at the
+graph's inputs and outputs, Transposes left between bricks) are the
+chain's edges, which the whole model does not pay: their share is left
+out. A per-node overhead subtracted from every node was the alternative;
+measured on three models it gave the same estimates within 1.5%, and it
+can make a small node negative, which a share cannot.
+
+Example:
+    chain = OrtChain(paths, settings, folder="chains", name="chain-0")
+    sampling.time_interleaved([model_timer, chain.timer, chain.profile])
+    chain.attribution().brick_ms  # One figure per brick, in chain order.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import tempfile
+import time
+from collections.abc import Hashable, Mapping, Sequence
+from pathlib import Path
+
+from dlbricks_tf import stats
+from dlbricks_tf.machine import settings as settings_lib
+from dlbricks_tf.measuring import ort_chain_graph, ort_session, ort_timing
+from dlbricks_tf.measuring.sampling import MeasurementError, TimingOptions
+
+# Profiled runs per sample() call, and untimed ones before the first.
+RUNS_PER_SAMPLE = 2
+WARMUP_RUNS = 2
+
+
+@dataclasses.dataclass(frozen=True)
+class Attribution:
+    """A chain's time split into its bricks' and its edges'.
+
+    Attributes:
+        total_ms: The chain's unprofiled time per call.
+        brick_ms: Per brick, in chain order, its share of `total_ms`.
+        edge_ms: The share of the nodes of no brick.
+        profiled_ms: Mean kernel time per profiled run (the sum of the
+            kernel times the shares come from).
+    """
+
+    total_ms: float
+    brick_ms: tuple[float, ...]
+    edge_ms: float
+    profiled_ms: float
+
+
+@dataclasses.dataclass(frozen=True)
+class KernelTimes:
+    """What a chain's nodes took per profiled run, by brick.
+
+    Attributes:
+        brick_us: Per brick, its nodes' kernel microseconds per run.
+        edge_us: Those of the nodes of no brick.
+        brick_nodes: Per brick, how many of its nodes ran per run.
+        edge_nodes: How many nodes of no brick ran per run.
+        runs: The profiled runs counted.
+    """
+
+    brick_us: tuple[float, ...]
+    edge_us: float
+    brick_nodes: tuple[int, ...]
+    edge_nodes: int
+    runs: int
+
+    @property
+    def total_us(self) -> float:
+        """Every node's kernel microseconds per run."""
+        return sum(self.brick_us) + self.edge_us
+
+
+def kernel_times(
+    events: Sequence[Mapping], bricks: int, skip_runs: int = 0
+) -> KernelTimes:
+    """Kernel times per run of each brick's nodes and of the edges'.
+
+    Args:
+        events: ORT's profile (the JSON list `end_profiling` writes).
+        bricks: Bricks in the chain.
+        skip_runs: Runs at the start to leave out (warm-up).
+
+    Returns:
+        Means over the runs counted.
+
+    Raises:
+        MeasurementError: If no run is left to count.
+    """
+    runs = sorted(e["ts"] for e in events if e.get("name") == "model_run")
+    if len(runs) <= skip_runs:
+        raise MeasurementError(
+            f"The profile holds {len(runs)} runs, none after the "
+            f"{skip_runs} of warm-up."
+        )
+    start = runs[skip_runs]
+    counted = len(runs) - skip_runs
+    us = [0.0] * (bricks + 1)  # The last entry: the edges.
+    nodes = [0] * (bricks + 1)
+    for event in events:
+        name = event.get("name", "")
+        if (
+            event.get("cat") != "Node"
+            or not name.endswith("_kernel_time")
+            or event["ts"] < start
+        ):
+            continue
+        brick = ort_chain_graph.brick_of(name)
+        if brick is None or brick >= bricks:
+            brick = bricks
+        us[brick] += event["dur"]
+        nodes[brick] += 1
+    return KernelTimes(
+        brick_us=tuple(t / counted for t in us[:-1]),
+        edge_us=us[-1] / counted,
+        brick_nodes=tuple(n // counted for n in nodes[:-1]),
+        edge_nodes=nodes[-1] // counted,
+        runs=counted,
+    )
+
+
+def attribute(total_ms: float, times: KernelTimes) -> Attribution:
+    """Splits `total_ms` in proportion to profiled kernel times.
+
+    Args:
+        total_ms: The chain's time per call, unprofiled.
+        times: Its profiled kernel times.
+
+    Returns:
+        The attribution: bricks and edges sum to `total_ms`.
+
+    Raises:
+        MeasurementError: If the profile holds no kernel time.
+    """
+    kernels = times.total_us
+    if kernels <= 0:
+        raise MeasurementError(
+            "The chain's profile holds no kernel time; profile it first. "
+            f"Received: {times}"
+        )
+    scale = total_ms / kernels
+    return Attribution(
+        total_ms=total_ms,
+        brick_ms=tuple(us * scale for us in times.brick_us),
+        edge_ms=times.edge_us * scale,
+        profiled_ms=kernels / 1e3,
+    )
+
+
+class ChainProfile:
+    """A profiled session of a chain, run a few times per `sample()`.
+
+    A sampler (`sampling.Sampler`): `done` after `runs` profiled runs
+    (after `WARMUP_RUNS` more the first call makes), `result()` the wall
+    time of the profiled runs (slower than the chain's: the profiler's
+    cost), `kernel_times()` what the runs' nodes took.
+
+    Args:
+        path: The chain's `.onnx` file.
+        bricks: Bricks in the chain.
+        settings: Run settings (threads) of the chain's timer.
+        feed: {input name: array} to run the chain on.
+        runs: Profiled runs wanted.
+        session_config: Session configuration entries (see
+            `ort_session.session_for`).
+    """
+
+    def __init__(
+        self,
+        path: str | os.PathLike,
+        bricks: int,
+        settings: settings_lib.RunSettings,
+        feed: Mapping[str, object],
+        runs: int = 20,
+        *,
+        session_config: Mapping[str, str] | None = None,
+    ) -> None:
+        self._folder = tempfile.TemporaryDirectory(prefix="ort-chain-")
+        self.session = ort_session.session_for(
+            path,
+            settings,
+            profile_prefix=os.path.join(self._folder.name, "profile"),
+            config=session_config,
+        )
+        self._bricks = bricks
+        self._feed = dict(feed)
+        self._wanted = max(1, runs)
+        self._samples: list[float] = []
+        self._events: list[dict] | None = None
+        self.seconds = 0.0  # In sample() calls, warm-up included.
+
+    @property
+    def done(self) -> bool:
+        """Whether the wanted profiled runs are made."""
+        return len(self._samples) >= self._wanted
+
+    def sample(self) -> list[float]:
+        """Makes a few profiled runs; returns their wall ms."""
+        start = time.perf_counter()
+        if self._events is not None:
+            raise MeasurementError("The chain's profile has been read.")
+        if not self._samples:
+            for _ in range(WARMUP_RUNS):
+                self.session.run(None, self._feed)
+        batch = []
+        for _ in range(min(RUNS_PER_SAMPLE, self._wanted - len(self._samples))):
+            begin = time.perf_counter_ns()
+            self.session.run(None, self._feed)
+            batch.append((time.perf_counter_ns() - begin) / 1e6)
+        self._samples += batch
+        self.seconds += time.perf_counter() - start
+        return batch
+
+    def result(self) -> stats.Timing:
+        """The profiled runs' wall times (the profiler's cost included)."""
+        if not self._samples:
+            raise MeasurementError("No profiled runs of the chain yet.")
+        return stats.summarize(self._samples, noisy=False)
+
+    def kernel_times(self) -> KernelTimes:
+        """What the profiled runs' nodes took; ends profiling."""
+        if self._events is None:
+            start = time.perf_counter()
+            trace = self.session.end_profiling()
+            with open(trace, encoding="utf-8") as f:
+                self._events = json.load(f)
+            self._folder.cleanup()
+            self.seconds += time.perf_counter() - start
+        return kernel_times(self._events, self._bricks, skip_runs=WARMUP_RUNS)
+
+
+class OrtChain:
+    """A chain of brick files on ONNX Runtime: timed whole, split by profile.
+
+    Args:
+        paths: The bricks' `.onnx` files, in chain order (the models'
+            order: see `ort_chain_graph`).
+        settings: Run settings with `backend="onnxruntime"`.
+        folder: Where the chain's `.onnx` file is written.
+        name: Its stem.
+        options: Sampling options of the chain's timer.
+        id_bounds: Per brick, the exclusive id bound per input (None: no
+            bound), as `onnx_files.OnnxFile.id_bounds`; None: none.
+        profile_runs: Profiled runs the attribution is taken from.
+        session_config: Session configuration entries of both sessions.
+        feed: Feed bricks with earlier bricks' outputs (see
+            `ort_chain_graph.merge`).
+        segments: Per brick, its segment (its model): bricks read only
+            their own segment's outputs (see `ort_chain_graph.merge`).
+
+    Raises:
+        ChainGraphError: If the files cannot be merged.
+        MeasurementError: If ORT cannot load or run the chain.
+    """
+
+    def __init__(
+        self,
+        paths: Sequence[str | os.PathLike],
+        settings: settings_lib.RunSettings,
+        folder: str | os.PathLike,
+        name: str = "chain",
+        options: TimingOptions | None = None,
+        *,
+        id_bounds: Sequence[Sequence[int | None] | None] | None = None,
+        profile_runs: int = 20,
+        session_config: Mapping[str, str] | None = None,
+        feed: bool = True,
+        segments: Sequence[Hashable] | None = None,
+    ) -> None:
+        import onnx
+
+        start = time.perf_counter()
+        self.graph = ort_chain_graph.merge(paths, feed=feed, segments=segments)
+        self.path = Path(folder) / f"{name}.onnx"
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        onnx.save(self.graph.model, str(self.path))
+        self.merge_seconds = time.perf_counter() - start
+        bounds = None
+        if id_bounds is not None:
+            bounds = [
+                None if id_bounds[b] is None else id_bounds[b][j]
+                for b, j in self.graph.inputs
+            ]
+        start = time.perf_counter()
+        self.timer = ort_timing.OrtTimer(
+            self.path,
+            settings,
+            options,
+            id_bounds=bounds,
+            session_config=session_config,
+        )
+        session = self.timer.sessions[0]
+        feed_values = dict(
+            zip(
+                [i.name for i in session.get_inputs()],
+                self.timer.inputs[0],
+                strict=True,
+            )
+        )
+        self.profile = ChainProfile(
+            self.path,
+            self.graph.bricks,
+            settings,
+            feed_values,
+            profile_runs,
+            session_config=session_config,
+        )
+        self.session_seconds = time.perf_counter() - start
+
+    @property
+    def seconds(self) -> float:
+        """Everything this chain cost so far: merging, sessions, runs."""
+        return (
+            self.merge_seconds
+            + self.session_seconds
+            + self.timer.prepare_seconds
+            + self.timer.sampling_seconds
+            + self.profile.seconds
+        )
+
+    def attribution(self) -> Attribution:
+        """Splits the chain's timed median among its bricks (see module).
+
+        Raises:
+            MeasurementError: If the chain is not timed or profiled yet.
+        """
+        if not self.timer.samples:
+            raise MeasurementError(f"No samples of chain {self.path}.")
+        times = self.profile.kernel_times()
+        return attribute(self.timer.result().median_ms, times)

@@ -1,0 +1,151 @@
+"""Tests of dlbricks_tf/measuring/ort_chain.py: a chain timed and split.
+
+Real tf2onnx conversions of a small model's bricks and real ONNX Runtime
+sessions, profiled; the checks are sums and counts, no test asserts a
+speed.
+"""
+
+import dataclasses
+import math
+
+import numpy as np
+import onnxruntime as ort
+import pytest
+
+import dlbricks_tf
+from dlbricks_tf.measuring import brick_timing, ort_chain, sampling, timing
+from tests import models
+
+SETTINGS, _ = models.settings()
+ORT = dataclasses.replace(
+    SETTINGS,
+    batch_size=1,
+    intra_op_threads=1,
+    backend="onnxruntime",
+    protocol="loop",
+)
+FAST = timing.TimingOptions(
+    min_samples=4,
+    max_samples=8,
+    max_seconds=0.5,
+    target_sample_ms=0.2,
+    samples_per_call=4,
+    warmup_calls=1,
+)
+
+
+@pytest.fixture(scope="module")
+def bricks(tmp_path_factory):
+    """models.residual()'s unique G=1 bricks as files, in model order."""
+    folder = tmp_path_factory.mktemp("onnx")
+    model, _ = models.residual()
+    d = dlbricks_tf.decompose(model, 1)
+    files = {}
+    for b in d.bricks:
+        if b.signature not in files:
+            files[b.signature] = brick_timing.brick_onnx_file(
+                b.build, folder, b.signature, 1
+            ).path
+    return list(files.values())
+
+
+def _event(name, ts, dur=1, cat="Node"):
+    return {"cat": cat, "name": name, "ts": ts, "dur": dur}
+
+
+def test_kernel_times_count_runs_after_the_warm_up():
+    events = [
+        _event("model_run", 0, 100, cat="Session"),
+        _event("brick0/a_kernel_time", 1, 50),  # Warm-up: left out.
+        _event("model_run", 200, 100, cat="Session"),
+        _event("brick0/a_kernel_time", 201, 10),
+        _event("fused brick1/b_kernel_time", 212, 20),
+        _event("brick1/c:0_nchwc_kernel_time", 233, 6),
+        _event("ReorderOutput_token_3_kernel_time", 240, 4),
+        _event("brick1/c_fence_before", 232, 1),  # Not a kernel.
+        _event("model_run", 400, 100, cat="Session"),
+        _event("brick0/a_kernel_time", 401, 12),
+        _event("fused brick1/b_kernel_time", 414, 22),
+        _event("brick1/c:0_nchwc_kernel_time", 437, 8),
+        _event("ReorderOutput_token_3_kernel_time", 446, 2),
+    ]
+    times = ort_chain.kernel_times(events, bricks=3, skip_runs=1)
+    assert times.runs == 2
+    assert times.brick_us == (11.0, 28.0, 0.0)
+    assert times.brick_nodes == (1, 2, 0)
+    assert (times.edge_us, times.edge_nodes) == (3.0, 1)
+    assert times.total_us == 42.0
+    with pytest.raises(sampling.MeasurementError, match="warm-up"):
+        ort_chain.kernel_times(events, bricks=3, skip_runs=3)
+
+
+def test_attribution_splits_the_total_by_kernel_share():
+    times = ort_chain.KernelTimes(
+        brick_us=(30.0, 0.0, 60.0),
+        edge_us=10.0,
+        brick_nodes=(2, 0, 1),
+        edge_nodes=1,
+        runs=5,
+    )
+    shares = ort_chain.attribute(2.0, times)
+    assert shares.brick_ms == pytest.approx((0.6, 0.0, 1.2))
+    assert shares.edge_ms == pytest.approx(0.2)
+    assert sum(shares.brick_ms) + shares.edge_ms == pytest.approx(2.0)
+    assert shares.profiled_ms == pytest.approx(0.1)
+    empty = dataclasses.replace(times, brick_us=(0.0, 0.0, 0.0), edge_us=0.0)
+    with pytest.raises(sampling.MeasurementError, match="no kernel time"):
+        ort_chain.attribute(2.0, empty)
+
+
+def test_a_chain_is_timed_and_its_time_split_among_its_bricks(tmp_path, bricks):
+    chain = ort_chain.OrtChain(
+        bricks, ORT, tmp_path, "chain", FAST, profile_runs=6
+    )
+    assert chain.graph.bricks == len(bricks)
+    # Every brick reads the one before it: one input, a fed residual.
+    assert len(chain.graph.inputs) == 1
+    sampling.time_interleaved([chain.timer, chain.profile])
+    assert chain.profile.done and chain.profile.result().samples == 6
+    times = chain.profile.kernel_times()
+    assert times.runs == 6
+    shares = chain.attribution()
+    assert shares.total_ms == chain.timer.result().median_ms > 0
+    assert sum(shares.brick_ms) + shares.edge_ms == pytest.approx(
+        shares.total_ms
+    )
+    assert all(ms >= 0 for ms in shares.brick_ms)
+    # The convolutions run as nodes of their own bricks.
+    assert sum(ms > 0 for ms in shares.brick_ms) >= 3
+    assert chain.seconds >= chain.merge_seconds + chain.session_seconds
+    assert math.isfinite(chain.seconds)
+
+
+def test_the_chain_runs_on_its_timer_inputs(tmp_path, bricks):
+    chain = ort_chain.OrtChain(bricks, ORT, tmp_path, "chain", FAST)
+    session = ort.InferenceSession(
+        str(chain.path), providers=["CPUExecutionProvider"]
+    )
+    names = [i.name for i in session.get_inputs()]
+    outputs = session.run(
+        None, dict(zip(names, chain.timer.inputs[0], strict=True))
+    )
+    assert len(outputs) == len(chain.graph.outputs)
+    assert all(np.isfinite(o).all() for o in outputs)
+
+
+def test_profile_is_read_once_and_not_sampled_after(tmp_path, bricks):
+    chain = ort_chain.OrtChain(
+        bricks, ORT, tmp_path, "chain", FAST, profile_runs=2
+    )
+    with pytest.raises(sampling.MeasurementError, match="No samples"):
+        chain.attribution()
+    chain.profile.sample()
+    assert chain.profile.done
+    first = chain.profile.kernel_times()
+    assert chain.profile.kernel_times() == first
+    with pytest.raises(sampling.MeasurementError, match="has been read"):
+        chain.profile.sample()
+
+
+if __name__ == "__main__":
+    raise SystemExit(pytest.main([__file__, "-q"]))
