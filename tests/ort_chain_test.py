@@ -6,14 +6,23 @@ speed.
 """
 
 import dataclasses
+import functools
 import math
 
+import keras
 import numpy as np
+import onnx
 import onnxruntime as ort
 import pytest
 
 import dlbricks_tf
-from dlbricks_tf.measuring import brick_timing, ort_chain, sampling, timing
+from dlbricks_tf.measuring import (
+    brick_timing,
+    ort_chain,
+    ort_chain_graph,
+    sampling,
+    timing,
+)
 from tests import models
 
 SETTINGS, _ = models.settings()
@@ -131,6 +140,53 @@ def test_the_chain_runs_on_its_timer_inputs(tmp_path, bricks):
     )
     assert len(outputs) == len(chain.graph.outputs)
     assert all(np.isfinite(o).all() for o in outputs)
+
+
+def _conv(batch, channels=4):
+    keras.utils.set_random_seed(0)
+    inp = keras.Input((8, 8, channels), batch_size=batch)
+    return keras.Model(inp, keras.layers.Conv2D(8, 3, padding="same")(inp))
+
+
+def _batch_norm(batch):
+    inp = keras.Input((8, 8, 8), batch_size=batch)
+    return keras.Model(inp, keras.layers.BatchNormalization()(inp))
+
+
+def _relu(batch):
+    inp = keras.Input((8, 8, 8), batch_size=batch)
+    return keras.Model(inp, keras.layers.ReLU()(inp))
+
+
+def test_a_convolution_fused_with_the_next_bricks_stays_its_bricks(tmp_path):
+    # Single-layer bricks: ORT fuses the BN and the ReLU into the
+    # convolution, and names the NCHWc node after the ReLU's tensor.
+    paths = [
+        brick_timing.brick_onnx_file(build, tmp_path, name, 1).path
+        for name, build in (
+            ("conv", _conv),
+            ("bn", _batch_norm),
+            ("relu", _relu),
+            ("conv8", functools.partial(_conv, channels=8)),
+        )
+    ]
+    chain = ort_chain.OrtChain(paths, ORT, tmp_path, "chain", FAST)
+    options = ort.SessionOptions()
+    options.intra_op_num_threads = 1
+    options.optimized_model_filepath = str(tmp_path / "all.onnx")
+    ort.InferenceSession(
+        str(chain.path), options, providers=["CPUExecutionProvider"]
+    )
+    nodes = onnx.load(options.optimized_model_filepath).graph.node
+    convs = [n.name for n in nodes if n.op_type == "Conv"]
+    assert len(convs) == 2
+    # By its name the first would be the ReLU's brick's.
+    assert [ort_chain_graph.brick_of(name) for name in convs] == [2, 3]
+    assert [chain.profile.owners(name) for name in convs] == [0, 3]
+    # Its time is the convolution brick's.
+    chain.profile.sample()
+    times = chain.profile.kernel_times()
+    assert times.brick_us[0] > 0
 
 
 def test_profile_is_read_once_and_not_sampled_after(tmp_path, bricks):

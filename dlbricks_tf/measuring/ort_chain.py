@@ -10,17 +10,19 @@ give each node's kernel time. Both are samplers: `sampling.time_interleaved`
 takes them in the same rounds as the whole models.
 
 Attribution (`attribute`). ONNX has no clock op, so a brick's share comes
-from the profiler: the kernel times of the nodes that carry its name
-prefix (`ort_chain_graph.brick_of`), over the profiled runs after a
-warm-up. The profiler slows what it watches (it records an event per
-node; small graphs most, ORT issue 20238), so its times are not used as
-they are: they are scaled so that bricks and edges together sum to the
-chain's unprofiled median. The nodes of no brick (reorders ORT puts at the
-graph's inputs and outputs, Transposes left between bricks) are the
-chain's edges, which the whole model does not pay: their share is left
-out. A per-node overhead subtracted from every node was the alternative;
-measured on three models it gave the same estimates within 1.5%, and it
-can make a small node negative, which a share cannot.
+from the profiler: the kernel times of its nodes (those that carry its
+name prefix, `ort_chain_graph.brick_of`, or, for a node ORT fused across
+two bricks, the prefix of the node with the weights: `Owners`), over the
+profiled runs after a warm-up. The profiler slows what it watches (it
+records an event per node; small graphs most, ORT issue 20238), so its
+times are not used as they are: they are scaled so that bricks and edges
+together sum to the chain's unprofiled median. The nodes of no brick
+(reorders ORT puts at the graph's inputs and outputs, Transposes left
+between bricks) are the chain's edges, which the whole model does not
+pay: their share is left out. A per-node overhead subtracted from every
+node was the alternative; measured on three models it gave the same
+estimates within 1.5%, and it can make a small node negative, which a
+share cannot.
 
 Example:
     chain = OrtChain(paths, settings, folder="chains", name="chain-0")
@@ -35,7 +37,7 @@ import json
 import os
 import tempfile
 import time
-from collections.abc import Hashable, Mapping, Sequence
+from collections.abc import Callable, Hashable, Mapping, Sequence
 from pathlib import Path
 
 from dlbricks_tf import stats
@@ -46,6 +48,8 @@ from dlbricks_tf.measuring.sampling import MeasurementError, TimingOptions
 # Profiled runs per sample() call, and untimed ones before the first.
 RUNS_PER_SAMPLE = 2
 WARMUP_RUNS = 2
+# The suffix of the names of ORT's NCHWc nodes, after the tensor written.
+_NCHWC = "_nchwc"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -91,7 +95,10 @@ class KernelTimes:
 
 
 def kernel_times(
-    events: Sequence[Mapping], bricks: int, skip_runs: int = 0
+    events: Sequence[Mapping],
+    bricks: int,
+    skip_runs: int = 0,
+    owner: Callable[[str], int | None] = ort_chain_graph.brick_of,
 ) -> KernelTimes:
     """Kernel times per run of each brick's nodes and of the edges'.
 
@@ -99,6 +106,8 @@ def kernel_times(
         events: ORT's profile (the JSON list `end_profiling` writes).
         bricks: Bricks in the chain.
         skip_runs: Runs at the start to leave out (warm-up).
+        owner: The brick of a node, by its name (None: an edge); see
+            `Owners`.
 
     Returns:
         Means over the runs counted.
@@ -124,7 +133,7 @@ def kernel_times(
             or event["ts"] < start
         ):
             continue
-        brick = ort_chain_graph.brick_of(name)
+        brick = owner(name.removesuffix("_kernel_time"))
         if brick is None or brick >= bricks:
             brick = bricks
         us[brick] += event["dur"]
@@ -166,6 +175,75 @@ def attribute(total_ms: float, times: KernelTimes) -> Attribution:
     )
 
 
+class Owners:
+    """The brick of each node ORT runs, across its fusions.
+
+    ORT names a fused node after one of the nodes it replaces, and a node
+    of its NCHWc layout after the tensor it writes (`<tensor>_nchwc`).
+    When a convolution is fused with the activation of the next brick
+    (bricks of single layers), that tensor is the activation's: by its
+    name the fused node would belong to the activation's brick, whose
+    count in a model can be another. So the chain is also optimised
+    without the layout transform (`ORT_ENABLE_EXTENDED`), where a fused
+    node keeps the name of the convolution (the node with the weights),
+    and each tensor there names the brick of the node that writes it.
+    A name found in neither is read by `ort_chain_graph.brick_of`.
+
+    Args:
+        path: The chain's `.onnx` file.
+        settings: Run settings (threads) of the chain's sessions.
+    """
+
+    def __init__(
+        self, path: str | os.PathLike, settings: settings_lib.RunSettings
+    ) -> None:
+        import onnx
+
+        ort = ort_session.import_onnxruntime()
+        options = ort.SessionOptions()
+        options.intra_op_num_threads = settings.intra_op_threads
+        options.graph_optimization_level = (
+            ort.GraphOptimizationLevel.ORT_ENABLE_EXTENDED
+        )
+        options.log_severity_level = 3
+        with tempfile.TemporaryDirectory(prefix="ort-chain-") as folder:
+            options.optimized_model_filepath = os.path.join(
+                folder, "extended.onnx"
+            )
+            # The weights go to a file of their own, never read back.
+            options.add_session_config_entry(
+                "session.optimized_model_external_initializers_file_name",
+                "weights.bin",
+            )
+            options.add_session_config_entry(
+                "session.optimized_model_external_initializers_min_size_in_"
+                "bytes",
+                "1024",
+            )
+            ort.InferenceSession(
+                str(path), options, providers=["CPUExecutionProvider"]
+            )
+            graph = onnx.load(
+                options.optimized_model_filepath, load_external_data=False
+            ).graph
+        self.nodes: dict[str, int | None] = {}
+        self.tensors: dict[str, int | None] = {}
+        for node in graph.node:
+            brick = ort_chain_graph.brick_of(node.name)
+            self.nodes[node.name] = brick
+            for tensor in node.output:
+                self.tensors[tensor] = brick
+
+    def __call__(self, name: str) -> int | None:
+        """The brick of the node `name` (None: an edge of the chain)."""
+        if name in self.nodes:
+            return self.nodes[name]
+        tensor = name.removesuffix(_NCHWC)
+        if tensor != name and tensor in self.tensors:
+            return self.tensors[tensor]
+        return ort_chain_graph.brick_of(name)
+
+
 class ChainProfile:
     """A profiled session of a chain, run a few times per `sample()`.
 
@@ -201,12 +279,15 @@ class ChainProfile:
             profile_prefix=os.path.join(self._folder.name, "profile"),
             config=session_config,
         )
+        start = time.perf_counter()
+        self.owners = Owners(path, settings)
         self._bricks = bricks
         self._feed = dict(feed)
         self._wanted = max(1, runs)
         self._samples: list[float] = []
         self._events: list[dict] | None = None
-        self.seconds = 0.0  # In sample() calls, warm-up included.
+        # Mapping nodes to bricks, and sample() calls (warm-up included).
+        self.seconds = time.perf_counter() - start
 
     @property
     def done(self) -> bool:
@@ -245,7 +326,9 @@ class ChainProfile:
                 self._events = json.load(f)
             self._folder.cleanup()
             self.seconds += time.perf_counter() - start
-        return kernel_times(self._events, self._bricks, skip_runs=WARMUP_RUNS)
+        return kernel_times(
+            self._events, self._bricks, WARMUP_RUNS, owner=self.owners
+        )
 
 
 class OrtChain:

@@ -10,11 +10,12 @@ optimizer treats their boundaries as it treats a model's insides
 (`dlbricks_tf.measuring.ort_chain` times the graph and attributes its
 time to the bricks).
 
-Feeding. An input of brick k is fed by the latest output of bricks 0..k-1
-with its dtype (floating only: integer inputs are ids with bounds) and its
-shape in the Keras layout, the batch dimension aside; an output may feed
-inputs of several bricks, as a tensor read by a block and by its residual
-connection does in a model, but one input of each. A brick's file takes
+Feeding. An input of brick k is fed by an output of bricks 0..k-1 with
+its dtype (floating only: integer inputs are ids with bounds) and its
+shape in the Keras layout, the batch dimension aside: the latest that no
+brick reads yet, else the latest (an output may feed inputs of several
+bricks, as a tensor read by a block and by its residual connection does
+in a model, but one input of each). A brick's file takes
 some rank-4 tensors channels-first (`onnx_convert`'s boundary layout, in
 the `.json` beside the file): where the layouts of the output and the
 input differ, a Transpose joins them, which ORT cancels against its
@@ -254,10 +255,13 @@ def merge(
                     == len(dims)
                     and written[i].keras_dims == want
                 ]
-                # The latest, whatever its layout: in a model a brick
-                # reads what was just written (a convolution reads the
-                # ReLU after the convolution before it, not that one).
-                source = fits[0] if fits else None
+                # The latest unread, whatever its layout: in a model a
+                # brick reads what was just written (a convolution reads
+                # the ReLU after the convolution before it, not that one),
+                # and every tensor has a reader (a residual Add reads the
+                # shortcut's output, not the convolution its BN read).
+                unread = [i for i in fits if not written[i].feeds]
+                source = (unread or fits or [None])[0]
             if source is None:
                 inputs.append(value)
                 graph_inputs.append((k, j))
