@@ -431,6 +431,7 @@ def test_run_and_measure_on_onnx_runtime(files, tmp_path):
     assert proc.returncode == 0, proc.stderr
     report = json.loads((out / "report.json").read_text())
     assert report["settings"]["backend"] == "onnxruntime"
+    assert report["settings"]["protocol"] == "chain"
     (row,) = report["runs"]
     assert row["measured_ms"] > 0 and row["estimated_ms"] > 0
     assert list((out / "onnx").glob("brick-*.onnx"))

@@ -319,7 +319,9 @@ def test_bad_settings_and_inputs_raise(chain_onnx):
         ort_timing.OrtTimer(chain_onnx, tf_settings, FAST)
     with pytest.raises(timing.MeasurementError, match="jit_compile"):
         ort_timing.OrtTimer(
-            chain_onnx, dataclasses.replace(ORT, jit_compile=True), FAST
+            chain_onnx,
+            dataclasses.replace(ORT, jit_compile=True, protocol="loop"),
+            FAST,
         )
     with pytest.raises(timing.MeasurementError, match="input_specs"):
         ort_timing.OrtTimer(

@@ -33,7 +33,13 @@ def test_key_is_stable_and_distinguishes_every_field():
 def test_protocol_defaults_and_old_rows_read_as_loop():
     assert settings_lib.RunSettings(1, 2, 1).protocol == "chain"
     ort = settings_lib.RunSettings(1, 2, 1, backend="onnxruntime")
-    assert ort.protocol == "loop"
+    assert ort.protocol == "chain"
+    assert ort.key() == "onnxruntime-b1-t2x1-onednn1-jit0-chain"
+    # ONNX Runtime rows stored before its chains keep their (loop) key.
+    loop = settings_lib.RunSettings(
+        1, 2, 1, backend="onnxruntime", protocol="loop"
+    )
+    assert loop.key() == "onnxruntime-b1-t2x1-onednn1-jit0"
     assert settings_lib.RunSettings(1, 2, 1, jit_compile=True).protocol == (
         "loop"
     )
@@ -51,9 +57,7 @@ def test_protocol_defaults_and_old_rows_read_as_loop():
     assert restored.protocol == "loop"
     assert restored.key() == "tf-b1-t2x1-onednn1-jit0"
     with pytest.raises(ValueError, match="protocol"):
-        settings_lib.RunSettings(
-            1, 2, 1, backend="onnxruntime", protocol="chain"
-        )
+        settings_lib.RunSettings(1, 2, 1, jit_compile=True, protocol="chain")
     with pytest.raises(ValueError, match="protocol"):
         settings_lib.RunSettings(1, 2, 1, protocol="batch")
 

@@ -53,7 +53,7 @@ def estimate(sources, gs, safe_mode) -> None:
     settings = dataclasses.replace(
         startup.start_tensorflow(),
         backend=backend,
-        protocol=timing_flags.protocol(backend),
+        protocol=timing_flags.PROTOCOL.value,
     )
     # Cut as bench cut them (--fuse, --input_shape), one model at a time.
     plans = (
@@ -105,7 +105,7 @@ def _estimate_recipes(paths: list[str]) -> None:
         intra_op_threads=shared_flags.INTRA.value,
         inter_op_threads=shared_flags.INTER.value,
         backend=backend,
-        protocol=timing_flags.protocol(backend),
+        protocol=timing_flags.PROTOCOL.value,
     )
     with outputs.open_store(db, must_exist=True) as store:
         rows = steps.estimate_plans(

@@ -65,7 +65,7 @@ def start_tensorflow():
             shared_flags.BATCH.value,
             intra_op_threads=shared_flags.INTRA.value,
             inter_op_threads=shared_flags.INTER.value,
-            protocol=timing_flags.protocol("tf"),
+            protocol=timing_flags.PROTOCOL.value,
         )
         process_lib.configure_threads(
             settings.intra_op_threads, settings.inter_op_threads
@@ -92,5 +92,5 @@ def start_backend():
 
     ort_session.require_onnxruntime()
     return dataclasses.replace(
-        settings, backend=backend, protocol=timing_flags.protocol(backend)
+        settings, backend=backend, protocol=timing_flags.PROTOCOL.value
     )

@@ -49,11 +49,13 @@ PROTOCOL = flags.DEFINE_enum(
     "protocol",
     "chain",
     ["chain", "loop"],
-    "How the TF backend times bricks: 'chain' runs up to --chain_links "
-    "bricks in one traced function, timed link by link, until every "
-    "model's estimate is known to --precision; 'loop' gives each brick "
-    "its own traced loop, timed to --precision itself. Results of the two "
-    "are stored apart. ONNX Runtime and --jit_compile always use 'loop'.",
+    "How bricks are timed: 'chain' runs up to --chain_links bricks in one "
+    "traced function, timed link by link, until every model's estimate is "
+    "known to --precision (on ONNX Runtime: in one merged graph, timed "
+    "whole and split among its bricks by ORT's profiler); 'loop' gives "
+    "each brick its own traced loop or ORT session, timed to --precision "
+    "itself. Results of the two are stored apart. --jit_compile always "
+    "uses 'loop'.",
 )
 CHAIN_LINKS = flags.DEFINE_integer(
     "chain_links",
@@ -135,17 +137,12 @@ flags.register_multi_flags_validator(
 )
 
 
-def protocol(backend: str) -> str | None:
-    """--protocol for the TF backend; ONNX Runtime times each brick alone."""
-    return PROTOCOL.value if backend == "tf" else None
-
-
 def options(protocol: str | None = None):
     """(options of whole models, options of bricks) from the flags.
 
     Args:
-        protocol: How bricks are timed, "chain" or "loop" (None: --protocol;
-            ONNX Runtime always times them in loops).
+        protocol: How bricks are timed, "chain" or "loop" (None:
+            --protocol).
     """
 
     return sampling.model_and_brick_options(

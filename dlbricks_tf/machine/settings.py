@@ -25,10 +25,11 @@ from dlbricks_tf.machine.process import (
 
 BACKENDS = ("tf", "onnxruntime")
 # How bricks are timed: "chain" runs many bricks in one traced function,
-# timed link by link (`dlbricks_tf.measuring.chain`); "loop" gives every brick
-# its own traced loop (`dlbricks_tf.measuring.timing`, and ONNX Runtime's
-# sessions). Results of one protocol never stand in for the other's: the key
-# differs.
+# timed link by link (`dlbricks_tf.measuring.chain`), or on ONNX Runtime in
+# one merged graph split by its profiler (`dlbricks_tf.measuring.ort_chain`);
+# "loop" gives every brick its own traced loop (`dlbricks_tf.measuring.timing`)
+# or ONNX Runtime session. Results of one protocol never stand in for the
+# other's: the key differs.
 PROTOCOLS = ("loop", "chain")
 
 
@@ -44,9 +45,10 @@ class RunSettings:
         onednn: Whether oneDNN's optimised kernels were on.
         jit_compile: Whether the `tf.function` was compiled with XLA.
         protocol: How bricks were timed, "chain" or "loop" (see
-            `PROTOCOLS`); None picks "chain" for the TF backend without
-            XLA (XLA has no timestamp op) and "loop" otherwise. Settings
-            stored before chains existed read back as "loop".
+            `PROTOCOLS`); None picks "chain" without XLA (XLA has no
+            timestamp op) and "loop" with it. Settings stored before
+            chains existed (on ONNX Runtime: before ORT chains) read back
+            as "loop".
     """
 
     batch_size: int
@@ -69,7 +71,7 @@ class RunSettings:
                 f"backend must be one of {BACKENDS}. "
                 f"Received: backend={self.backend!r}"
             )
-        chains = self.backend == "tf" and not self.jit_compile
+        chains = not self.jit_compile
         if self.protocol is None:
             object.__setattr__(self, "protocol", "chain" if chains else "loop")
         if self.protocol not in PROTOCOLS:
@@ -79,9 +81,8 @@ class RunSettings:
             )
         if self.protocol == "chain" and not chains:
             raise ValueError(
-                "protocol='chain' needs backend='tf' without jit_compile "
-                "(XLA has no timestamp op; ONNX Runtime times each brick "
-                "in its own session); use protocol='loop'. Received: "
+                "protocol='chain' needs jit_compile off (XLA has no "
+                "timestamp op); use protocol='loop'. Received: "
                 f"backend={self.backend!r}, jit_compile={self.jit_compile}"
             )
 

@@ -10,10 +10,15 @@ whatever the backend and protocol:
 - TF with `protocol="loop"` (and so under XLA): one traced loop per brick
   (`dlbricks_tf.measuring.timing.Timer`), in interleaved rounds
   (`dlbricks_tf.measuring.rounds.time_in_rounds`);
-- ONNX Runtime: one session per brick (`ort_timing.OrtTimer`), in the same
-  rounds. A brick's `build` then returns an `OnnxFile` (see
-  `dlbricks_tf.measuring.onnx_files`, which converts a Keras brick once
-  and keeps the file per signature).
+- ONNX Runtime, `protocol="chain"`: the bricks' ONNX files merged into
+  chains, each timed whole in one session and split among its bricks by
+  ORT's profiler (`dlbricks_tf.measuring.ort_campaign.time_ort_chains`);
+- ONNX Runtime with `protocol="loop"`: one session per brick
+  (`ort_timing.OrtTimer`), in interleaved rounds.
+
+On ONNX Runtime a brick's `build` returns an `OnnxFile` (see
+`dlbricks_tf.measuring.onnx_files`, which converts a Keras brick once and
+keeps the file per signature).
 
 It owns what used to be written once per caller: the brick counts that
 set a chain's precision (`model_weights`), committing each result to the
@@ -55,6 +60,7 @@ from dlbricks_tf.machine import settings as settings_lib
 from dlbricks_tf.measuring import (
     campaign,
     onnx_files,
+    ort_campaign,
     ort_timing,
     rounds,
     sampling,
@@ -264,6 +270,31 @@ def time_bricks(
         except Exception:
             return None
 
+    if (
+        settings.protocol == "chain"
+        and settings.backend == "onnxruntime"
+        and measure is None
+    ):
+        summary = ort_campaign.time_ort_chains(
+            [ort_campaign.OrtBrick(b.key, b.build) for b in unique],
+            settings,
+            options,
+            weights=weights,
+            between=between,
+            on_result=commit,
+            on_failure=fail,
+            stop=stop,
+            scale=scale,
+        )
+        clock.add(rounds.SETUP, summary.setup_s)
+        clock.add(rounds.CAMPAIGN, summary.setup_s + summary.sampling_s)
+        return BrickSummary(
+            timed=tuple(timed),
+            noisy=tuple(noisy),
+            failed=tuple(failed),
+            stopped=summary.stopped,
+            wall_s=time.perf_counter() - start,
+        )
     if settings.protocol == "chain" and measure is None:
         chained = [
             campaign.ChainedBrick(b.key, b.build, b.id_bounds) for b in unique
