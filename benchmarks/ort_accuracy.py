@@ -5,7 +5,9 @@ path as `dlbricks run --backend=onnxruntime` (`job.run_granularity`): for
 each granularity G and each model, decompose it, convert the bricks not
 yet stored and the whole model to ONNX (tf2onnx; brick files kept per
 signature in `--out/onnx/`), then time the whole model and its bricks with
-ONNX Runtime in interleaved rounds, every result stored as it finishes
+ONNX Runtime in interleaved rounds (bricks in chains split by ORT's
+profiler, or with --protocol=loop one session each; samples on the
+reference scale unless --noreference), every result stored as it finishes
 (`--out/store.sqlite`, settings with `backend="onnxruntime"`), so a
 stopped run resumes (`--fresh` re-times every brick). Writes `report.json`
 in the shape of benchmarks/accuracy.py and prints a Markdown table. A model
@@ -25,7 +27,7 @@ from pathlib import Path
 from absl import app, flags, logging
 
 from benchmarks import sampling_flags, sweep_flags
-from dlbricks_tf.cli import model_flags, shared_flags
+from dlbricks_tf.cli import model_flags, shared_flags, timing_flags
 from dlbricks_tf.running import report_json
 
 flags.adopt_module_key_flags(sampling_flags)  # Shown by --helpshort.
@@ -66,6 +68,7 @@ def _run_granularity(g, sources, settings, fp, options, brick_options, store):
                 fuse=_FUSE.value,
                 log=lambda line: logging.info("%s", line),
                 onnx_folder=Path(_OUT.value) / "onnx",
+                reference=timing_flags.REFERENCE.value,
             )
         except errors.Error as e:
             failed[source.name] = str(e).splitlines()[0]
@@ -115,14 +118,14 @@ def main(argv: list[str]) -> None:
         intra_op_threads=sampling_flags.INTRA.value,
         inter_op_threads=sampling_flags.INTER.value,
         backend="onnxruntime",
+        protocol=timing_flags.PROTOCOL.value,
     )
     from dlbricks_tf import errors
     from dlbricks_tf.machine.fingerprint import system_fingerprint
     from dlbricks_tf.reporting.report import format_report
     from dlbricks_tf.storing.store import Store
 
-    # ORT times each brick alone ("loop").
-    options, brick_options = sampling_flags.options("loop")
+    options, brick_options = sampling_flags.options(settings.protocol)
     out = Path(_OUT.value)
     out.mkdir(parents=True, exist_ok=True)
     fp = system_fingerprint()
