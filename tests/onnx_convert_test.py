@@ -57,6 +57,20 @@ def test_opset_above_max_is_refused(tmp_path):
         onnx_convert.to_onnx(models.chain()[0], tmp_path / "m.onnx", opset=19)
 
 
+def test_a_model_over_the_weight_bound_is_refused_before_converting(
+    tmp_path, monkeypatch
+):
+    model = models.chain()[0]
+    weights = sum(int(np.prod(w.shape)) * 4 for w in model.weights)
+    monkeypatch.setattr(onnx_convert, "MAX_WEIGHT_BYTES", weights - 1)
+    with pytest.raises(onnx_convert.ConversionError, match="MiB of weights"):
+        onnx_convert.to_onnx(model, tmp_path / "m.onnx")
+    assert not (tmp_path / "m.onnx").exists()
+    monkeypatch.setattr(onnx_convert, "MAX_WEIGHT_BYTES", weights)
+    onnx_convert.to_onnx(model, tmp_path / "m.onnx")
+    assert (tmp_path / "m.onnx").exists()
+
+
 def _gelu_model(seed: int = 0) -> keras.Model:
     keras.utils.set_random_seed(seed)
     inp = keras.Input((16,))

@@ -59,6 +59,12 @@ from dlbricks_tf.cutting import synthetic
 from dlbricks_tf.measuring.timing_loop import pack_inputs
 
 MAX_OPSET = 18
+# Weights a model may hold to be converted, at most. tf2onnx's passes hold
+# many copies of a large constant at once: VGG16's first Dense layer
+# (25088x4096, 411 MB of weights) took over 10 GB to convert and did not
+# finish within 24 GiB, with or without tf2onnx's large_model mode; its
+# 4096x4096 one (67 MB) converts. Refused before anything is converted.
+MAX_WEIGHT_BYTES = 256 * 2**20
 # Boundary layouts of a converted file (see the module docstring).
 KERAS_LAYOUT = "keras"  # Every input and output as the Keras model's.
 CONV_NCHW = "conv_nchw"  # Channels-first where a convolution-like op is.
@@ -124,7 +130,8 @@ def to_onnx(
         The file's input and output names, and which are channels-first.
 
     Raises:
-        ConversionError: If tf2onnx cannot convert the model.
+        ConversionError: If tf2onnx cannot convert the model, or its
+            weights exceed `MAX_WEIGHT_BYTES`.
         ValueError: If `opset` is above `MAX_OPSET` or below 1, or
             `boundary` is not one of `BOUNDARIES`.
     """
@@ -136,6 +143,18 @@ def to_onnx(
     if boundary not in BOUNDARIES:
         raise ValueError(
             f"boundary must be one of {BOUNDARIES}. Received: {boundary!r}"
+        )
+    weight_bytes = sum(
+        int(np.prod(w.shape)) * np.dtype(w.dtype).itemsize
+        for w in model.weights
+    )
+    if weight_bytes > MAX_WEIGHT_BYTES:
+        raise ConversionError(
+            f"Model {model.name!r} holds {weight_bytes / 2**20:.0f} MiB of "
+            f"weights; tf2onnx needs many times that in memory to convert "
+            f"it (over 24 GiB for 411 MB), so models over "
+            f"{MAX_WEIGHT_BYTES // 2**20} MiB are not converted. Time it on "
+            "--backend=tf."
         )
     names = input_names(model)
     specs = [
