@@ -113,10 +113,12 @@ def test_a_chain_is_timed_and_its_time_split_among_its_bricks(tmp_path, bricks):
     assert chain.graph.bricks == len(bricks)
     # Every brick reads the one before it: one input, a fed residual.
     assert len(chain.graph.inputs) == 1
-    sampling.time_interleaved([chain.timer, chain.profile])
+    sampling.time_interleaved([chain])
     assert chain.profile.done and chain.profile.result().samples == 6
     times = chain.profile.kernel_times()
-    assert times.runs == 6
+    # The timer ran the same session after the profiled runs, unprofiled.
+    assert chain.timer.sessions[0] is chain.profile.session
+    assert times.runs == 6 and chain.timer.runs > 6
     shares = chain.attribution()
     assert shares.total_ms == chain.timer.result().median_ms > 0
     assert sum(shares.brick_ms) + shares.edge_ms == pytest.approx(

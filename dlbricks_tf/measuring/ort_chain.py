@@ -2,12 +2,18 @@
 
 A chain is a run of bricks' ONNX files merged into one graph
 (`dlbricks_tf.measuring.ort_chain_graph`), in which each brick reads what
-the bricks before it wrote, as inside a model. `OrtChain` holds two
-sessions of that graph: `timer`, an `ort_timing.OrtTimer` that times it
-as a whole (one `Run` per call, its overhead subtracted, to the options'
-precision), and `profile`, a session with ORT's profiler on whose runs
-give each node's kernel time. Both are samplers: `sampling.time_interleaved`
-takes them in the same rounds as the whole models.
+the bricks before it wrote, as inside a model. `OrtChain` opens one
+session of that graph, with ORT's profiler on. Its first runs are
+`profile`'s: their per-node kernel times split the chain among its
+bricks. Then profiling ends (`end_profiling`: the session runs unprofiled
+from there) and `timer`, an `ort_timing.OrtTimer` on the same session,
+times the chain whole (one `Run` per call, its overhead subtracted, to
+the options' precision). One session, not one of each: opening a session
+of a chain of a hundred bricks costs as much as a few of its runs, and the
+profiled runs warm the session up for the timer. The chain is a sampler
+(profiled runs first, then the timer's samples), so
+`sampling.time_interleaved` takes it in the same rounds as the whole
+models.
 
 Attribution (`attribute`). ONNX has no clock op, so a brick's share comes
 from the profiler: the kernel times of its nodes (those that carry its
@@ -26,7 +32,7 @@ share cannot.
 
 Example:
     chain = OrtChain(paths, settings, folder="chains", name="chain-0")
-    sampling.time_interleaved([model_timer, chain.timer, chain.profile])
+    sampling.time_interleaved([model_timer, chain])
     chain.attribution().brick_ms  # One figure per brick, in chain order.
 """
 
@@ -39,6 +45,7 @@ import tempfile
 import time
 from collections.abc import Callable, Hashable, Mapping, Sequence
 from pathlib import Path
+from typing import Any
 
 from dlbricks_tf import stats
 from dlbricks_tf.machine import settings as settings_lib
@@ -245,12 +252,13 @@ class Owners:
 
 
 class ChainProfile:
-    """A profiled session of a chain, run a few times per `sample()`.
+    """The profiled runs of a chain's session, a few per `sample()`.
 
     A sampler (`sampling.Sampler`): `done` after `runs` profiled runs
     (after `WARMUP_RUNS` more the first call makes), `result()` the wall
     time of the profiled runs (slower than the chain's: the profiler's
-    cost), `kernel_times()` what the runs' nodes took.
+    cost), `kernel_times()` what the runs' nodes took; reading them ends
+    the profiling of `sessions`.
 
     Args:
         path: The chain's `.onnx` file.
@@ -258,8 +266,11 @@ class ChainProfile:
         settings: Run settings (threads) of the chain's timer.
         feed: {input name: array} to run the chain on.
         runs: Profiled runs wanted.
-        session_config: Session configuration entries (see
-            `ort_session.session_for`).
+        sessions: The chain's sessions, opened with profiling on (see
+            `ort_session.session_for`): the first is run here, and every
+            one stops profiling when the profile is read.
+        folder: The temporary folder their profiles are written to,
+            removed once read.
     """
 
     def __init__(
@@ -270,15 +281,12 @@ class ChainProfile:
         feed: Mapping[str, object],
         runs: int = 20,
         *,
-        session_config: Mapping[str, str] | None = None,
+        sessions: Sequence[Any],
+        folder: tempfile.TemporaryDirectory,
     ) -> None:
-        self._folder = tempfile.TemporaryDirectory(prefix="ort-chain-")
-        self.session = ort_session.session_for(
-            path,
-            settings,
-            profile_prefix=os.path.join(self._folder.name, "profile"),
-            config=session_config,
-        )
+        self._folder = folder
+        self._sessions = list(sessions)
+        self.session = self._sessions[0]
         start = time.perf_counter()
         self.owners = Owners(path, settings)
         self._bricks = bricks
@@ -321,8 +329,9 @@ class ChainProfile:
         """What the profiled runs' nodes took; ends profiling."""
         if self._events is None:
             start = time.perf_counter()
-            trace = self.session.end_profiling()
-            with open(trace, encoding="utf-8") as f:
+            # Every session stops profiling; the first one's runs count.
+            traces = [session.end_profiling() for session in self._sessions]
+            with open(traces[0], encoding="utf-8") as f:
                 self._events = json.load(f)
             self._folder.cleanup()
             self.seconds += time.perf_counter() - start
@@ -372,7 +381,10 @@ class OrtChain:
         import onnx
 
         start = time.perf_counter()
-        self.graph = ort_chain_graph.merge(paths, feed=feed, segments=segments)
+        # ORT checks the graph as it loads it (MeasurementError).
+        self.graph = ort_chain_graph.merge(
+            paths, feed=feed, segments=segments, check=False
+        )
         self.path = Path(folder) / f"{name}.onnx"
         self.path.parent.mkdir(parents=True, exist_ok=True)
         onnx.save(self.graph.model, str(self.path))
@@ -384,12 +396,14 @@ class OrtChain:
                 for b, j in self.graph.inputs
             ]
         start = time.perf_counter()
+        folder = tempfile.TemporaryDirectory(prefix="ort-chain-")
         self.timer = ort_timing.OrtTimer(
             self.path,
             settings,
             options,
             id_bounds=bounds,
             session_config=session_config,
+            profile_prefix=os.path.join(folder.name, "profile"),
         )
         session = self.timer.sessions[0]
         feed_values = dict(
@@ -399,15 +413,16 @@ class OrtChain:
                 strict=True,
             )
         )
+        self.session_seconds = time.perf_counter() - start
         self.profile = ChainProfile(
             self.path,
             self.graph.bricks,
             settings,
             feed_values,
             profile_runs,
-            session_config=session_config,
+            sessions=self.timer.sessions,
+            folder=folder,
         )
-        self.session_seconds = time.perf_counter() - start
 
     @property
     def seconds(self) -> float:
@@ -419,6 +434,25 @@ class OrtChain:
             + self.timer.sampling_seconds
             + self.profile.seconds
         )
+
+    @property
+    def done(self) -> bool:
+        """Whether the profiled runs are made and the timer is done."""
+        return self.profile.done and self.timer.done
+
+    def sample(self) -> list[float]:
+        """Profiled runs until they are made (then profiling ends), then
+        the timer's samples; returns what this call took, in ms."""
+        if not self.profile.done:
+            batch = self.profile.sample()
+            if self.profile.done:
+                self.profile.kernel_times()  # Ends the profiling.
+            return batch
+        return self.timer.sample()
+
+    def result(self) -> stats.Timing:
+        """The chain's timing (the timer's; see `sample`)."""
+        return self.timer.result()
 
     def attribution(self) -> Attribution:
         """Splits the chain's timed median among its bricks (see module).

@@ -182,6 +182,7 @@ def merge(
     *,
     feed: bool = True,
     segments: Sequence[Hashable] | None = None,
+    check: bool = True,
 ):
     """Merges brick files, in chain order, into one `ChainGraph`.
 
@@ -195,9 +196,13 @@ def merge(
             bricks. None: one segment. A tensor read by a brick of
             another model gains a reader its model does not have, which
             can keep ORT from fusing its producer with its own reader.
+        check: Run the ONNX checker on the merged graph. A caller that
+            loads it in ONNX Runtime next may leave it out: ORT refuses
+            an invalid graph too, and the checker costs a third of the
+            merge of a chain of a hundred bricks (0.3 s for 120 MB).
 
     Returns:
-        The chain's graph, checked by the ONNX checker.
+        The chain's graph, checked by the ONNX checker if `check`.
 
     Raises:
         ChainGraphError: If there is no file, or the merged graph is not
@@ -318,7 +323,8 @@ def merge(
     )
     chain.ir_version = ir_version
     try:
-        onnx.checker.check_model(chain)
+        if check:
+            onnx.checker.check_model(chain)
     except Exception as e:  # onnx.checker.ValidationError and others.
         first = str(e).strip().splitlines()[0] if str(e).strip() else ""
         raise ChainGraphError(
