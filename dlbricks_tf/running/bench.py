@@ -82,7 +82,7 @@ def build_brick(settings: Any, entry: Any) -> Any:
     `dlbricks_tf.cutting.program`), its built `keras.Model` otherwise."""
     from dlbricks_tf.cutting import program
 
-    if settings.protocol == "chain":  # TF without XLA.
+    if settings.protocol == "chain" and settings.backend == "tf":
         return program.program(entry.brick, settings.batch_size)
     return entry.brick.build(batch_size=settings.batch_size)
 
