@@ -64,6 +64,13 @@ _SPINNING = flags.DEFINE_enum(
     "ONNX Runtime's session.intra_op.allow_spinning in every session: "
     "'1' idle intra-op threads spin (ORT's default), '0' they sleep.",
 )
+_SHARED = flags.DEFINE_bool(
+    "shared_threads",
+    True,
+    "Every session of the process on one pair of thread pools "
+    "(`ort_session.share_threads`, as the command line does); off: each "
+    "on its own.",
+)
 _SEGMENTS = flags.DEFINE_bool(
     "model_segments",
     True,
@@ -137,6 +144,10 @@ def main(argv: list[str]) -> None:
         inter_op_threads=settings_flags.INTER.value,
         backend="onnxruntime",
     )
+    if _SHARED.value:
+        from dlbricks_tf.measuring import ort_session
+
+        ort_session.share_threads(settings)
     config = None
     if _SPINNING.value != "default":
         config = {"session.intra_op.allow_spinning": _SPINNING.value}

@@ -100,7 +100,10 @@ def configure(
         batch_size: Batch dimension of the synthetic inputs.
         intra_op_threads: Threads one op may use (None: physical cores).
         inter_op_threads: Ops that may run at once.
-        backend: "tf" or "onnxruntime" (whose sessions take the threads).
+        backend: "tf" or "onnxruntime" (whose sessions take the threads;
+            with more than one intra-op thread every ORT session of the
+            process then runs on one shared pair of thread pools, see
+            `dlbricks_tf.measuring.ort_session.share_threads`).
 
     Raises:
         ThreadPoolError: TensorFlow already runs with other pool sizes
@@ -116,7 +119,12 @@ def configure(
     )
     if backend == chosen.backend:
         return chosen
-    return dataclasses.replace(chosen, backend=backend, protocol=None)
+    chosen = dataclasses.replace(chosen, backend=backend, protocol=None)
+    if backend == "onnxruntime":
+        from dlbricks_tf.measuring import ort_session
+
+        ort_session.share_threads(chosen)
+    return chosen
 
 
 def run(

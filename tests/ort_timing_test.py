@@ -411,5 +411,59 @@ def test_run_overhead_is_calibrated_once_per_input_specs(chain_onnx):
     assert again.dispatch_ms == first.dispatch_ms > 0  # Measured once.
 
 
+def test_sessions_share_one_pool_from_two_threads_on(chain_onnx):
+    # In a process of its own: the shared pools stay for its life.
+    script = textwrap.dedent(
+        f"""
+        from dlbricks_tf.machine import settings as settings_lib
+        from dlbricks_tf.measuring import ort_session, ort_timing
+        from dlbricks_tf.measuring.sampling import MeasurementError
+
+        one = settings_lib.RunSettings(1, 1, 1, backend="onnxruntime")
+        two = settings_lib.RunSettings(1, 2, 1, backend="onnxruntime")
+        print("one", ort_session.share_threads(one))
+        print("two", ort_session.share_threads(two))
+        print("again", ort_session.share_threads(two))
+        options = ort_session.session_options(
+            ort_session.import_onnxruntime(), 2, 1
+        )
+        print("per-session", options.use_per_session_threads)
+        timer = ort_timing.OrtTimer({str(chain_onnx)!r}, two)
+        while not timer.done:
+            timer.sample()
+        print("timed", timer.result().median_ms > 0)
+        try:
+            ort_session.share_threads(
+                settings_lib.RunSettings(1, 3, 1, backend="onnxruntime")
+            )
+        except MeasurementError as e:
+            print("refused", "another process" in str(e))
+        """
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", script],
+        env={**os.environ, "PYTHONPATH": REPO, "TF_CPP_MIN_LOG_LEVEL": "3"},
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.split() == [
+        "one",
+        "False",
+        "two",
+        "True",
+        "again",
+        "True",
+        "per-session",
+        "False",
+        "timed",
+        "True",
+        "refused",
+        "True",
+    ]
+
+
 if __name__ == "__main__":
     raise SystemExit(pytest.main([__file__, "-q"]))

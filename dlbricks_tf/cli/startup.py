@@ -91,6 +91,9 @@ def start_backend():
         return settings
 
     ort_session.require_onnxruntime()
-    return dataclasses.replace(
+    settings = dataclasses.replace(
         settings, backend=backend, protocol=timing_flags.PROTOCOL.value
     )
+    # Many sessions are timed in turn: one pair of pools for all of them.
+    ort_session.share_threads(settings)
+    return settings

@@ -360,9 +360,9 @@ def _session(source, model_name: str):
         import onnxruntime as ort
     except ImportError:
         return None  # Checked where it runs; the ONNX checker has passed.
-    options = ort.SessionOptions()
-    options.intra_op_num_threads = 1
-    options.inter_op_num_threads = 1
+    from dlbricks_tf.measuring import ort_session
+
+    options = ort_session.session_options(ort, 1, 1)
     options.log_severity_level = 3
     try:
         return ort.InferenceSession(

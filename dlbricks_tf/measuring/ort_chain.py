@@ -207,8 +207,9 @@ class Owners:
         import onnx
 
         ort = ort_session.import_onnxruntime()
-        options = ort.SessionOptions()
-        options.intra_op_num_threads = settings.intra_op_threads
+        options = ort_session.session_options(
+            ort, settings.intra_op_threads, settings.inter_op_threads
+        )
         options.graph_optimization_level = (
             ort.GraphOptimizationLevel.ORT_ENABLE_EXTENDED
         )
