@@ -3,7 +3,8 @@
 The bricks missing from the store go through the one timing path of every
 command (`dlbricks_tf.measuring.brick_timing.time_bricks`): on TF in chains
 (committed chain by chain) or one traced loop per brick, on ONNX Runtime
-one session per brick (committed brick by brick). Either way a campaign
+in merged graphs split by its profiler (committed chain by chain) or one
+session per brick (committed brick by brick). Either way a campaign
 stopped half way resumes where it stopped and a new model costs only its
 new bricks. A brick timed alone whose median does not settle is measured
 once more and the more precise timing is stored, flagged `noisy` if
