@@ -116,9 +116,11 @@ def session_options(ort: Any, intra: int, inter: int) -> Any:
     `share_threads` made them (whose sizes then stand)."""
     options = ort.SessionOptions()
     if _SHARED is not None:
+        # The pools' sizes stand (ORT warns of counts set here).
         options.use_per_session_threads = False
-    options.intra_op_num_threads = intra
-    options.inter_op_num_threads = inter
+    else:
+        options.intra_op_num_threads = intra
+        options.inter_op_num_threads = inter
     return options
 
 
