@@ -270,49 +270,38 @@ def time_bricks(
         except Exception:
             return None
 
-    if (
-        settings.protocol == "chain"
-        and settings.backend == "onnxruntime"
-        and measure is None
-    ):
-        summary = ort_campaign.time_ort_chains(
-            [ort_campaign.OrtBrick(b.key, b.build) for b in unique],
-            settings,
-            options,
-            weights=weights,
-            between=between,
-            on_result=commit,
-            on_failure=fail,
-            stop=stop,
-            scale=scale,
-        )
-        clock.add(rounds.SETUP, summary.setup_s)
-        clock.add(rounds.CAMPAIGN, summary.setup_s + summary.sampling_s)
-        return BrickSummary(
-            timed=tuple(timed),
-            noisy=tuple(noisy),
-            failed=tuple(failed),
-            stopped=summary.stopped,
-            wall_s=time.perf_counter() - start,
-        )
     if settings.protocol == "chain" and measure is None:
-        chained = [
-            campaign.ChainedBrick(b.key, b.build, b.id_bounds) for b in unique
-        ]
-        summary = campaign.time_chains(
-            campaign.ordered(chained, options.chain_order, options.seed),
-            settings,
-            options,
-            weights=weights,
-            known=known,
-            between=between,
-            on_result=commit,
-            stop=stop,
-            check_settings=check_settings,
-            on_failure=fail,
-            scale=scale,
-            pace=_pace(between) if options.keep_pace else None,
-        )
+        if settings.backend == "onnxruntime":
+            summary = ort_campaign.time_ort_chains(
+                [ort_campaign.OrtBrick(b.key, b.build) for b in unique],
+                settings,
+                options,
+                weights=weights,
+                between=between,
+                on_result=commit,
+                on_failure=fail,
+                stop=stop,
+                scale=scale,
+            )
+        else:
+            chained = [
+                campaign.ChainedBrick(b.key, b.build, b.id_bounds)
+                for b in unique
+            ]
+            summary = campaign.time_chains(
+                campaign.ordered(chained, options.chain_order, options.seed),
+                settings,
+                options,
+                weights=weights,
+                known=known,
+                between=between,
+                on_result=commit,
+                stop=stop,
+                check_settings=check_settings,
+                on_failure=fail,
+                scale=scale,
+                pace=_pace(between) if options.keep_pace else None,
+            )
         clock.add(rounds.SETUP, summary.setup_s)
         clock.add(rounds.CAMPAIGN, summary.setup_s + summary.sampling_s)
         return BrickSummary(

@@ -87,7 +87,8 @@ class OrtCampaignSummary:
         timed: Keys handed to `on_result`, in order.
         noisy: Timed keys whose chain did not settle.
         failed: Keys handed to `on_failure`.
-        chains: Chains timed.
+        chains: Chains made (a chain that could not be made, and was
+            split into chains of one brick, not counted).
         setup_s: Seconds merging chains, opening their sessions and
             warming them up (converting not counted).
         sampling_s: Seconds taking samples and profiled runs.
@@ -194,8 +195,8 @@ def time_ort_chains(
         on_result: Called with (key, timing) as each chain is done.
         on_failure: Called with (key, error) for a brick that cannot be
             built, loaded or timed; None: the error is raised.
-        stop: Asked between chains (and rounds); True ends the call after
-            the chains in flight.
+        stop: Asked between chains when they go one at a time (no
+            `between`); True ends the call after the chain in flight.
         scale: A `reference.ReferenceScale` for the chains' samples.
         session_config: ORT session configuration entries of every chain.
 
@@ -207,7 +208,7 @@ def time_ort_chains(
     timed: list[str] = []
     noisy: list[str] = []
     failed: list[str] = []
-    cost = {"setup": 0.0, "sampling": 0.0, "chains": 0}
+    cost = {"setup": 0.0, "sampling": 0.0, "names": 0}
 
     def fail(key: str, error: BaseException) -> None:
         if isinstance(error, _NOT_A_BRICK_FAULT) or on_failure is None:
@@ -237,7 +238,7 @@ def time_ort_chains(
                 settings,
                 options,
                 folder.name,
-                cost["chains"],
+                cost["names"],
                 segment,
                 scale,
                 session_config,
@@ -252,7 +253,7 @@ def time_ort_chains(
                 return []
             return [c for one in group for c in make([one])]
         finally:
-            cost["chains"] += 1
+            cost["names"] += 1
             cost["setup"] += time.perf_counter() - start
 
     def finish(item: _Chain) -> None:
@@ -325,7 +326,7 @@ def time_ort_chains(
         timed=tuple(timed),
         noisy=tuple(noisy),
         failed=tuple(failed),
-        chains=cost["chains"],
+        chains=len(made),
         setup_s=cost["setup"] + warm_up,
         sampling_s=cost["sampling"] - warm_up,
         stopped=stopped,
