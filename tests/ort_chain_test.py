@@ -191,38 +191,6 @@ def test_a_convolution_fused_with_the_next_bricks_stays_its_bricks(tmp_path):
     assert times.brick_us[0] > 0
 
 
-def test_a_reorder_between_bricks_goes_to_its_neighbour_brick():
-    from onnx import helper
-
-    def node(op, name, inputs, outputs):
-        return helper.make_node(op, inputs, outputs, name=name)
-
-    # x -> [reorder in] -> brick0 conv (NCHWc) -> [reorder out] -> brick1
-    # mul -> [reorder in] -> brick2 conv -> [reorder out] -> y.
-    graph = helper.make_graph(
-        [
-            node("ReorderInput", "ReorderInput_token_0", ["x"], ["a"]),
-            node("Conv", "brick0/conv", ["a"], ["b"]),
-            node("ReorderOutput", "ReorderOutput_token_1", ["b"], ["c"]),
-            node("Mul", "brick1/mul", ["c", "c"], ["d"]),
-            node("ReorderInput", "ReorderInput_token_2", ["d"], ["e"]),
-            node("Conv", "brick2/conv", ["e"], ["f"]),
-            node("ReorderOutput", "ReorderOutput_token_3", ["f"], ["y"]),
-        ],
-        "chain",
-        [helper.make_tensor_value_info("x", onnx.TensorProto.FLOAT, None)],
-        [helper.make_tensor_value_info("y", onnx.TensorProto.FLOAT, None)],
-    )
-    owners = ort_chain.Owners.__new__(ort_chain.Owners)
-    owners.nodes, owners.tensors, owners.reorders = {}, {}, {}
-    assert owners._reorders(graph) == {
-        "ReorderInput_token_0": None,  # At the chain's input: an edge.
-        "ReorderOutput_token_1": 0,  # Out of brick 0's blocks.
-        "ReorderInput_token_2": 2,  # Into brick 2's.
-        "ReorderOutput_token_3": None,  # At the chain's output.
-    }
-
-
 def test_profile_is_read_once_and_not_sampled_after(tmp_path, bricks):
     chain = ort_chain.OrtChain(
         bricks, ORT, tmp_path, "chain", FAST, profile_runs=2

@@ -204,10 +204,36 @@ class Owners:
     def __init__(
         self, path: str | os.PathLike, settings: settings_lib.RunSettings
     ) -> None:
+        import onnx
+
         ort = ort_session.import_onnxruntime()
-        graph = _optimized(
-            path, settings, ort.GraphOptimizationLevel.ORT_ENABLE_EXTENDED
+        options = ort_session.session_options(
+            ort, settings.intra_op_threads, settings.inter_op_threads
         )
+        options.graph_optimization_level = (
+            ort.GraphOptimizationLevel.ORT_ENABLE_EXTENDED
+        )
+        options.log_severity_level = 3
+        with tempfile.TemporaryDirectory(prefix="ort-chain-") as folder:
+            options.optimized_model_filepath = os.path.join(
+                folder, "extended.onnx"
+            )
+            # The weights go to a file of their own, never read back.
+            options.add_session_config_entry(
+                "session.optimized_model_external_initializers_file_name",
+                "weights.bin",
+            )
+            options.add_session_config_entry(
+                "session.optimized_model_external_initializers_min_size_in_"
+                "bytes",
+                "1024",
+            )
+            ort.InferenceSession(
+                str(path), options, providers=["CPUExecutionProvider"]
+            )
+            graph = onnx.load(
+                options.optimized_model_filepath, load_external_data=False
+            ).graph
         self.nodes: dict[str, int | None] = {}
         self.tensors: dict[str, int | None] = {}
         for node in graph.node:
@@ -215,84 +241,15 @@ class Owners:
             self.nodes[node.name] = brick
             for tensor in node.output:
                 self.tensors[tensor] = brick
-        # Reorders are placed by their neighbours' bricks, found above.
-        self.reorders: dict[str, int | None] = {}
-        full = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
-        self.reorders = self._reorders(_optimized(path, settings, full))
-
-    def _reorders(self, graph) -> dict[str, int | None]:
-        """{reorder node: brick} of the graph ORT runs (`ORT_ENABLE_ALL`).
-
-        ORT's NCHWc layout pass puts a reorder where a blocked tensor meets
-        an op that does not read blocks (MobileNetV3's squeeze-and-excite
-        multiplies, pooling to a vector). Inside the model it puts the same
-        ones, and pays them: ReorderInput and ReorderOutput were 358 of
-        3162 us of MobileNetV3Small's kernel time. So a reorder between
-        bricks belongs to the brick that reads it (ReorderInput: the
-        reader of its output) or writes it (ReorderOutput: the writer of
-        its input); one at the chain's own inputs or outputs stays an
-        edge.
-        """
-        edges = {v.name for v in graph.input} | {v.name for v in graph.output}
-        writer = {t: n for n in graph.node for t in n.output}
-        readers: dict[str, list] = {}
-        for node in graph.node:
-            for tensor in node.input:
-                readers.setdefault(tensor, []).append(node)
-        found: dict[str, int | None] = {}
-        for node in graph.node:
-            if node.op_type not in ("ReorderInput", "ReorderOutput"):
-                continue
-            if set(node.input[:1]) & edges or set(node.output) & edges:
-                found[node.name] = None
-                continue
-            if node.op_type == "ReorderOutput":
-                nearby = [writer[t] for t in node.input[:1] if t in writer]
-            else:
-                nearby = [r for t in node.output for r in readers.get(t, [])]
-            bricks = [self(n.name) for n in nearby]
-            found[node.name] = next((b for b in bricks if b is not None), None)
-        return found
 
     def __call__(self, name: str) -> int | None:
         """The brick of the node `name` (None: an edge of the chain)."""
         if name in self.nodes:
             return self.nodes[name]
-        if name in self.reorders:
-            return self.reorders[name]
         tensor = name.removesuffix(_NCHWC)
         if tensor != name and tensor in self.tensors:
             return self.tensors[tensor]
         return ort_chain_graph.brick_of(name)
-
-
-def _optimized(path, settings, level):
-    """The graph of `path` as ORT optimises it at `level` (its weights
-    written apart and not read back)."""
-    import onnx
-
-    ort = ort_session.import_onnxruntime()
-    options = ort_session.session_options(
-        ort, settings.intra_op_threads, settings.inter_op_threads
-    )
-    options.graph_optimization_level = level
-    options.log_severity_level = 3
-    with tempfile.TemporaryDirectory(prefix="ort-chain-") as folder:
-        options.optimized_model_filepath = os.path.join(folder, "graph.onnx")
-        options.add_session_config_entry(
-            "session.optimized_model_external_initializers_file_name",
-            "weights.bin",
-        )
-        options.add_session_config_entry(
-            "session.optimized_model_external_initializers_min_size_in_bytes",
-            "1024",
-        )
-        ort.InferenceSession(
-            str(path), options, providers=["CPUExecutionProvider"]
-        )
-        return onnx.load(
-            options.optimized_model_filepath, load_external_data=False
-        ).graph
 
 
 class ChainProfile:
