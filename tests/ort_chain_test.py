@@ -101,9 +101,16 @@ def test_attribution_splits_the_total_by_kernel_share():
     assert shares.edge_ms == pytest.approx(0.2)
     assert sum(shares.brick_ms) + shares.edge_ms == pytest.approx(2.0)
     assert shares.profiled_ms == pytest.approx(0.1)
-    empty = dataclasses.replace(times, brick_us=(0.0, 0.0, 0.0), edge_us=0.0)
-    with pytest.raises(sampling.MeasurementError, match="no kernel time"):
-        ort_chain.attribute(2.0, empty)
+    # Every node under the profiler's 1 us: shares by node count.
+    tiny = dataclasses.replace(times, brick_us=(0.0, 0.0, 0.0), edge_us=0.0)
+    shares = ort_chain.attribute(2.0, tiny)
+    assert shares.brick_ms == pytest.approx((1.0, 0.0, 0.5))
+    assert shares.edge_ms == pytest.approx(0.5)
+    assert shares.profiled_ms == 0
+    # No node left at all: the bricks cost nothing, the rest is edge.
+    none = dataclasses.replace(tiny, brick_nodes=(0, 0, 0), edge_nodes=0)
+    shares = ort_chain.attribute(2.0, none)
+    assert shares.brick_ms == (0.0, 0.0, 0.0) and shares.edge_ms == 2.0
 
 
 def test_a_chain_is_timed_and_its_time_split_among_its_bricks(tmp_path, bricks):

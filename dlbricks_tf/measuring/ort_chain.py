@@ -161,23 +161,28 @@ def attribute(total_ms: float, times: KernelTimes) -> Attribution:
         total_ms: The chain's time per call, unprofiled.
         times: Its profiled kernel times.
 
+    ORT's profiler gives whole microseconds, so a chain of a few tiny
+    nodes (one small brick alone) can profile at 0 us in every run: then
+    each node that ran gets the same share. A chain with no node left
+    (ORT removed every one, as an identity brick's) is all edge: its
+    bricks cost nothing.
+
     Returns:
         The attribution: bricks and edges sum to `total_ms`.
-
-    Raises:
-        MeasurementError: If the profile holds no kernel time.
     """
     kernels = times.total_us
-    if kernels <= 0:
-        raise MeasurementError(
-            "The chain's profile holds no kernel time; profile it first. "
-            f"Received: {times}"
-        )
-    scale = total_ms / kernels
+    brick_us, edge_us = times.brick_us, times.edge_us
+    if kernels <= 0:  # Under 1 us each: by node count.
+        brick_us = tuple(float(n) for n in times.brick_nodes)
+        edge_us = float(times.edge_nodes)
+    weight = sum(brick_us) + edge_us
+    if weight <= 0:  # No node ran at all.
+        brick_us, edge_us, weight = (0.0,) * len(brick_us), 1.0, 1.0
+    scale = total_ms / weight
     return Attribution(
         total_ms=total_ms,
-        brick_ms=tuple(us * scale for us in times.brick_us),
-        edge_ms=times.edge_us * scale,
+        brick_ms=tuple(us * scale for us in brick_us),
+        edge_ms=edge_us * scale,
         profiled_ms=kernels / 1e3,
     )
 
