@@ -268,7 +268,9 @@ def time_ort_chains(
             return
         total = shares.total_ms
         for key, ms in zip(item.keys, shares.brick_ms, strict=True):
-            timing = brick_timing(result, ms / total if total > 0 else 0.0)
+            # A brick alone in its chain is all of it, up to rounding.
+            share = min(ms / total, 1.0) if total > 0 else 0.0
+            timing = brick_timing(result, share)
             timed.append(key)
             if timing.noisy:
                 noisy.append(key)
