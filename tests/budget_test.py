@@ -117,6 +117,35 @@ def test_a_row_with_predicted_bricks_says_so_and_holds_the_predictors_error():
     assert "predicted_share" not in plain and math.isnan(plain["estimated_ms"])
 
 
+def test_a_corrected_prediction_carries_its_kinds_error_not_the_cvs():
+    d = dlbricks_tf.decompose(models.chain()[0], 1)
+    counts = collections.Counter(b.signature for b in d.bricks)
+    first, *rest = list(counts)
+    timed = {s: Timing(1.0, 1.0, 1.0, 1.0, 10, 0.9, 1.1, False) for s in rest}
+    settings, _ = models.settings()
+    measured = Timing(25.0, 25.0, 25.0, 25.0, 10, 24.9, 25.1, False)
+    # Predicted at 20 ms: its own residual +-2 ms, its kind's factor 1 ms.
+    guessed = {first: budget.corrected_timing(20.0, 2.0)}
+    assert guessed[first].center_half_ms == pytest.approx(2.0)
+    assert guessed[first].ci_low_ms == pytest.approx(20.0 * 20.0 / 22.0)
+    row = rows.model_row(
+        "chain",
+        1,
+        settings,
+        measured,
+        timed,
+        d,
+        predicted=guessed,
+        shared={first: ("dense", 1.0)},
+    )
+    n = counts[first]
+    own = sum((counts[s] * 0.1) ** 2 for s in rest) + (n * 2.0) ** 2
+    assert row["estimate_precision"] == pytest.approx(
+        math.sqrt(own + (n * 1.0) ** 2) / row["estimated_ms"]
+    )
+    assert row["method"] == "predicted"
+
+
 def test_run_within_a_budget_stops_and_predicts_the_rest(files, tmp_path):
     out = tmp_path / "out"
     proc = dlbricks(

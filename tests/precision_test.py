@@ -5,7 +5,7 @@ import math
 import pytest
 
 from dlbricks_tf.measuring import precision
-from dlbricks_tf.stats import summarize
+from dlbricks_tf.stats import Timing, summarize
 
 
 def _spread(center: float, width: float, n: int = 21) -> list[float]:
@@ -79,6 +79,30 @@ def test_estimate_precision_adds_half_widths_in_quadrature():
     got = precision.estimate_precision({"a": 2, "b": 1}, {"a": a, "b": b})
     want = math.sqrt((2 * ha) ** 2 + hb**2) / (2 * 3.0 + 4.0)
     assert math.isclose(got, want)
+
+
+def test_shared_parts_add_end_to_end_within_a_group_only():
+    def timing(ms, half):
+        return Timing(ms, ms, ms, ms, 0, ms - half, ms + half, False)
+
+    timings = {
+        "t": timing(4.0, 0.4),  # Timed.
+        "a": timing(2.0, 0.2),  # Predicted, conv.
+        "b": timing(1.0, 0.1),  # Predicted, conv.
+        "c": timing(3.0, 0.3),  # Predicted, dense.
+    }
+    shared = {"a": ("conv", 0.5), "b": ("conv", 0.25), "c": ("dense", 0.6)}
+    counts = {"t": 1, "a": 2, "b": 1, "c": 1}
+    got = precision.estimate_precision(counts, timings, {"a", "b", "c"}, shared)
+    # Own parts in quadrature with the timed brick's; conv's shared parts
+    # end to end (a counted twice); the two groups in quadrature.
+    own = 0.4**2 + (2 * 0.2) ** 2 + 0.1**2 + 0.3**2
+    groups = (2 * 0.5 + 0.25) ** 2 + 0.6**2
+    assert got == pytest.approx(math.sqrt(own + groups) / (4 + 4 + 1 + 3))
+    # Without shared parts, predicted bricks add end to end (as before).
+    plain = precision.estimate_precision(counts, timings, {"a", "b", "c"})
+    linear = 2 * 0.2 + 0.1 + 0.3
+    assert plain == pytest.approx(math.sqrt(0.4**2 + linear**2) / 12)
 
 
 if __name__ == "__main__":

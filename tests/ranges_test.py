@@ -75,9 +75,31 @@ def test_a_wide_range_is_flagged_with_its_larger_cause():
     ranges.widen(rows)
     spread = math.log(1.2)
     assert rows[0]["range_flag"] == (
-        f"machine: the other models missed by {100 * spread:.1f}% RMS, "
-        f"+-{100 * t975(3) * spread:.1f}% at 95%"
+        f"machine: the other models missed by {100 * spread:.1f}% RMS "
+        f"beyond their bricks' precision, +-{100 * t975(3) * spread:.1f}% "
+        "at 95%"
     )
+
+
+def test_a_miss_its_own_bricks_explain_is_not_the_machines():
+    # m1 misses by 20% with bricks of +-40% (mostly predicted): its miss
+    # is its bricks'; m2 misses by 20% with bricks of +-4%: 0.2^2 less
+    # (0.04 / z)^2 of it is the machine's.
+    rows = [
+        _row("x", 10.0, 10.0, 0.01),
+        _row("m1", 12.0, 10.0, 0.4),
+        _row("m2", 12.0, 10.0, 0.04),
+    ]
+    ranges.widen(rows)
+    log = math.log(1.2)
+    assert ranges.excess(log, 0.4) == 0
+    m2 = math.sqrt(log**2 - (0.04 / ranges.Z95) ** 2)
+    assert ranges.excess(log, 0.04) == pytest.approx(m2)
+    assert rows[0]["machine_half"] == pytest.approx(
+        t975(2) * math.sqrt(m2**2 / 2)
+    )
+    # Without a precision, the whole miss counts (rows written before it).
+    assert ranges.excess(log, None) == log
 
 
 def test_widening_twice_gives_the_same_ranges():

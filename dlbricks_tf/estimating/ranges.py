@@ -14,8 +14,10 @@ estimate from a lucky one.
 The machine's part is measured in the same run, from the other models:
 every model that `run` measures end to end says how far this machine's
 estimates land from its measurements in this run (the log of its
-normalized latency). A model's machine term is the root mean square of
-those log ratios over the run's *other* models (leave one out, so that no
+normalized latency), less what each one's own bricks' precision explains
+(`excess`: a predicted estimate's miss is mostly its predictions', and
+is in its bricks' part already). A model's machine term is the root mean
+square of those over the run's *other* models (leave one out, so that no
 model's range is fitted to its own measurement) times Student's t at 95%
 with as many degrees of freedom as there are others (the interval of one
 new draw of a spread known from n draws around 0: 4.30 from two others,
@@ -27,10 +29,13 @@ A model is flagged when its range is wider than +-10% (the accuracy the
 tool promises) and the row says why: the bricks whose intervals weigh most
 in it, or the machine's variation in this run, whichever is larger. A
 row with predicted bricks (a campaign within a budget,
-`dlbricks_tf.running.budget`) holds the predictor's cross-validated error
-in its bricks' part (`precision.estimate_precision`), so a mostly
-predicted estimate is often flagged, and its flag says what share of it
-was predicted.
+`dlbricks_tf.running.budget`) holds their error in its bricks' part
+(`precision.estimate_precision`): once the campaign has timed bricks of
+enough kinds, what those read against their predictions
+(`dlbricks_tf.estimating.calibration`: each kind's factor, shared by its
+bricks, and each brick's own residual); before, the predictor's
+cross-validated interval. A flag of a mostly predicted estimate says
+what share of it was predicted.
 
 Example:
     widen(runs)           # runs: model rows of one G (`rows.model_row`)
@@ -50,6 +55,8 @@ from dlbricks_tf.stats import t975
 MIN_OTHERS = 2
 # The accuracy the tool promises: a wider range is flagged.
 PROMISE = 0.10
+# z of a two-sided 95% interval: a half-width over it is a standard error.
+Z95 = 1.959964
 
 
 def log_ratio(row: Mapping[str, Any]) -> float | None:
@@ -72,16 +79,39 @@ def rms(values: Sequence[float]) -> float:
 def _machine(
     rows: Sequence[Mapping[str, Any]],
 ) -> list[tuple[float, float] | None]:
-    """Per row, its machine term: (t975(n) x RMS, RMS) of the log ratios
-    of its n other rows, or None with fewer than `MIN_OTHERS` of them."""
+    """Per row, its machine term: (t975(n) x spread, spread) of the log
+    ratios of its n other rows, or None with fewer than `MIN_OTHERS`.
+
+    The spread is the RMS of the others' log ratios less what their own
+    bricks' precision explains (`excess`), so that a miss already inside
+    a model's bricks' part is not counted again as the machine's."""
     ratios = [log_ratio(r) for r in rows]
+    excesses = [
+        None if r is None else excess(r, row.get("estimate_precision"))
+        for r, row in zip(ratios, rows, strict=True)
+    ]
     out: list[tuple[float, float] | None] = []
     for i in range(len(rows)):
-        others = [r for j, r in enumerate(ratios) if j != i and r is not None]
+        others = [e for j, e in enumerate(excesses) if j != i and e is not None]
         n = len(others)
         spread = rms(others)
         out.append((t975(n) * spread, spread) if n >= MIN_OTHERS else None)
     return out
+
+
+def excess(ratio: float, precision: float | None) -> float:
+    """What of a log ratio its bricks' precision does not explain.
+
+    A model's log ratio is its bricks' error plus the machine's; their
+    variances add, so the machine's is what is left of ratio^2 once the
+    bricks' (their 95% half-width over z) is taken off, at least 0. Timed
+    bricks leave a percent or two; predicted ones (a campaign within a
+    budget) 5-20%, which counted again as the machine's doubled every
+    budgeted model's range.
+    """
+    if precision is None or not math.isfinite(precision):
+        return ratio
+    return math.sqrt(max(ratio * ratio - (precision / Z95) ** 2, 0.0))
 
 
 def widen(rows: Sequence[MutableMapping[str, Any]]) -> None:
@@ -126,7 +156,8 @@ def _why(
     if machine is not None and machine[0] >= bricks:
         return (
             f"machine: the other models missed by {100 * machine[1]:.1f}% "
-            f"RMS, +-{100 * machine[0]:.1f}% at 95%"
+            f"RMS beyond their bricks' precision, +-{100 * machine[0]:.1f}% "
+            "at 95%"
         )
     named = ", ".join(row.get("uncertain_bricks") or ())
     share = row.get("predicted_share") or 0.0

@@ -35,6 +35,7 @@ def model_row(
     d,
     failed: Mapping[str, str] | None = None,
     predicted: Mapping[str, Timing] | None = None,
+    shared: Mapping[str, tuple[str, float]] | None = None,
 ) -> dict[str, Any]:
     """One model's row of report.json: measured against estimated.
 
@@ -56,6 +57,10 @@ def model_row(
         predicted: {signature: predicted timing} (`Predictor.timing`) of
             bricks never timed (a campaign within a budget,
             `dlbricks_tf.running.budget`); None: every brick is timed.
+        shared: {signature: (kind, half-width ms)}: the part of a
+            corrected prediction's error its kind shares
+            (`BudgetSummary.shared`); the other predicted bricks carry
+            the predictor's cross-validated interval.
     """
     failed = failed or {}
     # A predicted brick's minimum is its predicted latency (its interval's
@@ -103,7 +108,7 @@ def model_row(
     counts = collections.Counter(b.signature for b in d.bricks)
     labels = {s: estimate_lib.PREDICTED for s in signatures if s in guessed}
     seq = estimate_lib.estimate(d, results, "sequential", sources=labels)
-    width = precision.estimate_precision(counts, results, labels)
+    width = precision.estimate_precision(counts, results, labels, shared)
     par = estimate_lib.estimate(d, results, "parallel")
     row = {
         **row,

@@ -139,6 +139,7 @@ def estimate_precision(
     counts: Mapping[str, int],
     timings: Mapping[str, Timing],
     predicted: Collection[str] = (),
+    shared: Mapping[str, tuple[str, float]] | None = None,
 ) -> float:
     """Relative half-width of an estimate from stored brick timings.
 
@@ -149,27 +150,44 @@ def estimate_precision(
     holds it), which is why its interval is that of a sum of bricks. The
     two parts add in quadrature.
 
+    A predicted brick in `shared` (a prediction corrected by the bricks
+    timed beside it, `dlbricks_tf.estimating.calibration`) splits its
+    error instead: its timing's half-width is its own residual, which
+    adds in quadrature as a timed brick's does, and `shared[s]` = (group,
+    half-width in ms) is the part it shares with its group's other
+    bricks (its kind's factor), which adds end to end within the group;
+    the groups add in quadrature.
+
     Args:
         counts: {signature: count} of one model.
         timings: Timings of (at least) those signatures.
         predicted: The signatures whose timings were predicted, not timed.
+        shared: {signature: (group, shared half-width ms)} of predicted
+            bricks whose error is split so.
 
     Returns:
-        sqrt(sum_timed (c h)^2 + (sum_predicted c h)^2) / sum c mean; inf
-        if the estimate is 0.
+        The relative half-width (see above); inf if the estimate is 0.
     """
+    shared = shared or {}
     total = sum(c * timings[k].center_ms for k, c in counts.items())
     timed = math.sqrt(
         sum(
             (c * timing_half_width(timings[k])) ** 2
             for k, c in counts.items()
-            if k not in predicted
+            if k not in predicted or k in shared
         )
     )
     guessed = sum(
         c * timing_half_width(timings[k])
         for k, c in counts.items()
-        if k in predicted
+        if k in predicted and k not in shared
     )
-    spread = math.hypot(timed, guessed)
+    groups: dict[str, float] = {}
+    for k, c in counts.items():
+        if k in predicted and k in shared:
+            group, half = shared[k]
+            groups[group] = groups.get(group, 0.0) + c * half
+    spread = math.sqrt(
+        timed**2 + guessed**2 + sum(h * h for h in groups.values())
+    )
     return spread / total if total > 0 else math.inf

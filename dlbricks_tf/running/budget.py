@@ -60,6 +60,13 @@ the last round cost a brick beyond its samples on this machine) plus its
 sampling, `min_samples` passes of p_b (times the links a repeated brick
 gets a pass).
 
+The range. A corrected prediction is as far off as its kind's factor
+is uncertain (shared by every brick of the kind) plus its own residual
+around it, both read from the held-out ratios of the bricks timed so
+far (`calibration.Calibration.halves`); `BudgetSummary.shared` carries
+the kinds' parts to the rows, and `model_precisions` decides with them
+whether every model is within +-10% ("precise").
+
 A brick that cannot be built or timed is recorded as failed (as in every
 campaign) and predicted. A budget the first fit already spends times
 nothing: every brick is predicted.
@@ -127,6 +134,11 @@ class BudgetSummary:
         stopped: Why it ended: "budget", "precise" (every model within
             +-10%), "all timed" or "signal".
         predictor: The last predictor fitted, or None.
+        shared: {signature: (kind, half-width ms)} of the predicted
+            bricks corrected by timed ones: the part of each one's error
+            its kind shares (`calibration.Calibration.halves`; pass it to
+            `precision.estimate_precision`). A predicted brick not in it
+            carries the predictor's cross-validated interval.
     """
 
     budget_s: float
@@ -140,6 +152,9 @@ class BudgetSummary:
     predicted: dict[str, Timing]
     stopped: str
     predictor: Any = None
+    shared: dict[str, tuple[str, float]] = dataclasses.field(
+        default_factory=dict
+    )
 
 
 def relative_half(predictor: predict_lib.Predictor) -> float:
@@ -202,11 +217,13 @@ def model_precisions(
     suite: Any,
     timings: Mapping[str, Timing],
     predicted: Collection[str],
+    shared: Mapping[str, tuple[str, float]] | None = None,
 ) -> dict[str, tuple[float, float]]:
     """{model: (estimate ms, relative half-width)} of a suite's models.
 
-    From the timed and predicted bricks (`precision.estimate_precision`);
-    a model with a brick in neither is left out.
+    From the timed and predicted bricks (`precision.estimate_precision`,
+    with the `shared` parts of corrected predictions); a model with a
+    brick in neither is left out.
     """
     counts: dict[str, dict[str, int]] = {}
     for entry in suite.entries:
@@ -219,7 +236,9 @@ def model_precisions(
         total = sum(n * timings[s].center_ms for s, n in brick_counts.items())
         out[model] = (
             total,
-            precision.estimate_precision(brick_counts, timings, predicted),
+            precision.estimate_precision(
+                brick_counts, timings, predicted, shared
+            ),
         )
     return out
 
@@ -472,14 +491,24 @@ def time_within_budget(
             [priced[s] for s in use],
         )
 
-    def predictions(cal: calibration.Calibration) -> dict[str, Timing]:
+    def predictions(
+        cal: calibration.Calibration,
+    ) -> tuple[dict[str, Timing], dict[str, tuple[str, float]]]:
+        """The untimed bricks' corrected timings, and their shared parts."""
         todo = [s for s in suite.signatures if s not in timings]
         if predictor is None or not todo:
-            return {}
+            return {}, {}
         price(todo)
-        return {
-            s: predictor.timing(priced[s] * cal.factor(kinds[s])) for s in todo
-        }
+        guessed, shared = {}, {}
+        for s in todo:
+            ms = priced[s] * cal.factor(kinds[s])
+            halves = cal.halves(kinds[s], ms)
+            if halves is None:  # Nothing timed yet: the CV's interval.
+                guessed[s] = predictor.timing(ms)
+                continue
+            guessed[s] = corrected_timing(ms, halves[1])
+            shared[s] = (kinds[s], halves[0])
+        return guessed, shared
 
     def committed(key: str, result: Timing) -> None:
         timings[key] = result
@@ -492,7 +521,7 @@ def time_within_budget(
             on_failure(key, reason)
 
     while True:
-        guessed = predictions(calibrated())
+        guessed, shared = predictions(calibrated())
         todo = [
             s for s in suite.signatures if s not in timings and s not in bad
         ]
@@ -507,7 +536,9 @@ def time_within_budget(
             stopped = SPENT
             break
         if predictor is not None:
-            state = model_precisions(suite, {**guessed, **timings}, guessed)
+            state = model_precisions(
+                suite, {**guessed, **timings}, guessed, shared
+            )
             open_models = {
                 m: e for m, (e, half) in state.items() if half > ranges.PROMISE
             }
@@ -587,7 +618,7 @@ def time_within_budget(
                 fitted_at = len(timed)  # It learnt from them.
                 priced.clear()
     cal = calibrated()
-    guessed = predictions(cal)
+    guessed, shared = predictions(cal)
     log(
         f"Budget: {len(timed)} brick(s) timed, {len(guessed)} predicted, "
         f"{elapsed():.1f} s of {budget_s:g} s spent ({fit_s:.1f} s fitting "
@@ -609,6 +640,24 @@ def time_within_budget(
         predicted=guessed,
         stopped=stopped,
         predictor=predictor,
+        shared=shared,
+    )
+
+
+def corrected_timing(ms: float, own_half_ms: float) -> Timing:
+    """A corrected prediction of `ms` as a timing whose interval is its
+    own residual's (`calibration.Calibration.halves`), nothing sampled."""
+    low = ms * ms / (ms + own_half_ms) if ms > 0 else 0.0
+    high = ms + own_half_ms
+    return Timing(
+        min_ms=low,
+        median_ms=ms,
+        trimmed_mean_ms=ms,
+        max_ms=high,
+        samples=0,
+        ci_low_ms=low,
+        ci_high_ms=high,
+        noisy=False,
     )
 
 

@@ -443,6 +443,7 @@ def run_granularity(
             d,
             failed,
             predicted=None if spent is None else spent.predicted,
+            shared=None if spent is None else spent.shared,
         )
         row["anchor_bricks"] = len(retimed)
         row["anchor_drift"] = drift
