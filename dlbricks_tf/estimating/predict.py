@@ -333,18 +333,7 @@ class Predictor:
     def timing(self, ms: float) -> Timing:
         """A predicted median as a timing, its interval from the CV."""
         lo, hi = self.cv.interval
-        low = ms * math.exp(lo)
-        high = ms * math.exp(hi)
-        return Timing(
-            min_ms=low,
-            median_ms=ms,
-            trimmed_mean_ms=ms,
-            max_ms=high,
-            samples=0,
-            ci_low_ms=min(low, ms),
-            ci_high_ms=max(high, ms),
-            noisy=False,
-        )
+        return predicted_timing(ms, ms * math.exp(lo), ms * math.exp(hi))
 
     def predict_bricks(
         self, bricks: Sequence[Any], specs: Sequence[Any]
@@ -378,3 +367,18 @@ def _folds(
         return list(splitter.split(index, groups=groups))
     splitter = KFold(n_splits=folds, shuffle=True, random_state=seed)
     return list(splitter.split(index))
+
+
+def predicted_timing(ms: float, low: float, high: float) -> Timing:
+    """A predicted latency of `ms` as a timing whose interval is
+    [low, high] (nothing sampled: 0 samples)."""
+    return Timing(
+        min_ms=low,
+        median_ms=ms,
+        trimmed_mean_ms=ms,
+        max_ms=high,
+        samples=0,
+        ci_low_ms=min(low, ms),
+        ci_high_ms=max(high, ms),
+        noisy=False,
+    )

@@ -648,17 +648,7 @@ def corrected_timing(ms: float, own_half_ms: float) -> Timing:
     """A corrected prediction of `ms` as a timing whose interval is its
     own residual's (`calibration.Calibration.halves`), nothing sampled."""
     low = ms * ms / (ms + own_half_ms) if ms > 0 else 0.0
-    high = ms + own_half_ms
-    return Timing(
-        min_ms=low,
-        median_ms=ms,
-        trimmed_mean_ms=ms,
-        max_ms=high,
-        samples=0,
-        ci_low_ms=low,
-        ci_high_ms=high,
-        noisy=False,
-    )
+    return predict_lib.predicted_timing(ms, low, ms + own_half_ms)
 
 
 def _describe_known(
