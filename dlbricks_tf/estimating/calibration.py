@@ -52,7 +52,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 
 from dlbricks_tf import stats
 
@@ -176,7 +176,7 @@ def _residual_variances(
     ratios around their median.
     """
     sums = {
-        kind: sum(min(abs(v - medians[kind]), CLIP) ** 2 for v in values)
+        kind: _clipped_squares(values, medians[kind])
         for kind, values in logs.items()
     }
     dof = {kind: len(values) - 1 for kind, values in logs.items()}
@@ -184,8 +184,7 @@ def _residual_variances(
         pooled = sum(sums.values()) / sum(dof.values())
     else:
         every = [v for values in logs.values() for v in values]
-        mid = stats.median(every)
-        pooled = sum(min(abs(v - mid), CLIP) ** 2 for v in every) / max(
+        pooled = _clipped_squares(every, stats.median(every)) / max(
             len(every) - 1, 1
         )
     own = {
@@ -211,9 +210,13 @@ def _between_variance(
     of a third.
     """
     if len(medians) >= MIN_KINDS:
-        return sum(
-            min(abs(m - overall), CLIP) ** 2 for m in medians.values()
-        ) / (len(medians) - 1), True
-    return sum(min(abs(v - overall), CLIP) ** 2 for v in every) / max(
-        len(every) - 1, 1
-    ), False
+        return _clipped_squares(medians.values(), overall) / (
+            len(medians) - 1
+        ), True
+    return _clipped_squares(every, overall) / max(len(every) - 1, 1), False
+
+
+def _clipped_squares(values: Iterable[float], center: float) -> float:
+    """Sum of the squared distances of `values` from `center`, each
+    distance clipped to `CLIP`."""
+    return sum(min(abs(v - center), CLIP) ** 2 for v in values)
