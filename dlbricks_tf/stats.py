@@ -20,6 +20,8 @@ from typing import Any
 
 # Two-sided confidence level of the median's interval.
 CONFIDENCE = 0.95
+# z of a two-sided 95% interval (the normal's 97.5% quantile).
+Z95 = 1.959964
 # Fewer samples than this give an interval too wide to mean anything.
 MIN_SAMPLES = 5
 TRIM = 0.2
@@ -299,7 +301,7 @@ def t975(dof: int) -> float:
         return math.inf
     if dof <= len(_T975):
         return _T975[dof - 1]
-    return 1.959964 + 2.4 / dof
+    return Z95 + 2.4 / dof
 
 
 def mean_interval(values: Sequence[float]) -> tuple[float, float]:

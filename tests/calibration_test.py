@@ -5,6 +5,7 @@ import math
 
 import pytest
 
+from dlbricks_tf import stats
 from dlbricks_tf.estimating import calibration
 
 
@@ -69,7 +70,7 @@ def test_kinds_that_agree_within_share_only_their_factors_error():
     # A kind not timed may lie anywhere the kinds do.
     assert cal.spread("pool")[0] == pytest.approx(tau)
     shared, own = cal.halves("pool", 10.0)
-    assert shared == pytest.approx(10 * math.expm1(calibration.Z95 * tau))
+    assert shared == pytest.approx(10 * math.expm1(stats.Z95 * tau))
     assert own == 0
 
 

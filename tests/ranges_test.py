@@ -4,6 +4,7 @@ import math
 
 import pytest
 
+from dlbricks_tf import stats
 from dlbricks_tf.estimating import ranges
 from dlbricks_tf.stats import t975
 
@@ -93,7 +94,7 @@ def test_a_miss_its_own_bricks_explain_is_not_the_machines():
     ranges.widen(rows)
     log = math.log(1.2)
     assert ranges.excess(log, 0.4) == 0
-    m2 = math.sqrt(log**2 - (0.04 / ranges.Z95) ** 2)
+    m2 = math.sqrt(log**2 - (0.04 / stats.Z95) ** 2)
     assert ranges.excess(log, 0.04) == pytest.approx(m2)
     assert rows[0]["machine_half"] == pytest.approx(
         t975(2) * math.sqrt(m2**2 / 2)

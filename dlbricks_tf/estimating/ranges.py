@@ -48,15 +48,13 @@ import math
 from collections.abc import Mapping, MutableMapping, Sequence
 from typing import Any
 
-from dlbricks_tf.stats import t975
+from dlbricks_tf.stats import Z95, t975
 
 # Other models the machine's term needs: `make run`'s three models give
 # each two (one ratio says next to nothing of a spread).
 MIN_OTHERS = 2
 # The accuracy the tool promises: a wider range is flagged.
 PROMISE = 0.10
-# z of a two-sided 95% interval: a half-width over it is a standard error.
-Z95 = 1.959964
 
 
 def log_ratio(row: Mapping[str, Any]) -> float | None:
