@@ -28,6 +28,7 @@ import time
 from absl import app, flags
 
 from dlbricks_tf.cli import model_flags, settings_flags
+from dlbricks_tf.machine import process as process_lib
 
 # Shown by --helpshort.
 for _name in ("models", "granularity", "intra_op_threads"):
@@ -123,13 +124,14 @@ def _bare(bricks, sources, program, synthetic, g, intra) -> None:
         function = tf.function(
             _summed(group, specs), input_signature=[signature], autograph=False
         )
-        start = time.perf_counter()
-        concrete = function.get_concrete_function()
-        seconds["trace"] += time.perf_counter() - start
         values = [tf.zeros(t.shape, t.dtype) for t in signature]
-        start = time.perf_counter()
-        concrete(values)
-        seconds["first call"] += time.perf_counter() - start
+        with process_lib.collector_paused():  # As a chain's.
+            start = time.perf_counter()
+            concrete = function.get_concrete_function()
+            seconds["trace"] += time.perf_counter() - start
+            start = time.perf_counter()
+            concrete(values)
+            seconds["first call"] += time.perf_counter() - start
     n = len(built)
     print(
         f"{n} unique bricks of {', '.join(model_flags.MODELS.value)} at "
@@ -145,7 +147,6 @@ def main(argv: list[str]) -> None:
     del argv
     g = model_flags.one_granularity()
     intra = settings_flags.INTRA.value
-    from dlbricks_tf.machine import process as process_lib
     from dlbricks_tf.machine import settings as settings_lib
 
     settings = settings_lib.RunSettings(
@@ -172,13 +173,15 @@ def main(argv: list[str]) -> None:
     seconds: collections.Counter = collections.Counter()
     original_prepare = chain.ChainTimer._prepare
 
-    def prepare(timer):  # Trace and first call apart, then the rest.
-        start = time.perf_counter()
-        timer._run.get_concrete_function(timer._inputs, timer._reads[0])
-        seconds["trace"] += time.perf_counter() - start
-        start = time.perf_counter()
-        timer._call(1)
-        seconds["first call"] += time.perf_counter() - start
+    def prepare(timer):  # Trace and first call apart, then the rest,
+        # with the collector paused as `ChainTimer._prepare` pauses it.
+        with process_lib.collector_paused():
+            start = time.perf_counter()
+            timer._run.get_concrete_function(timer._inputs, timer._reads[0])
+            seconds["trace"] += time.perf_counter() - start
+            start = time.perf_counter()
+            timer._call(1)
+            seconds["first call"] += time.perf_counter() - start
         start = time.perf_counter()
         original_prepare(timer)
         seconds["warm-up calls"] += time.perf_counter() - start

@@ -1,5 +1,6 @@
 """Tests for dlbricks_tf/machine/settings.py."""
 
+import gc
 import os
 import subprocess
 import sys
@@ -97,6 +98,27 @@ def test_defaults():
 
 def test_physical_cores_within_cpu_count():
     assert 1 <= process_lib.physical_cores() <= (os.cpu_count() or 1)
+
+
+def test_collector_paused_restores_the_collector_as_it_was():
+    assert gc.isenabled()
+    with process_lib.collector_paused():
+        assert not gc.isenabled()
+        with process_lib.collector_paused():
+            assert not gc.isenabled()
+        assert not gc.isenabled()  # The outer pause still holds.
+    assert gc.isenabled()
+    with pytest.raises(ZeroDivisionError):
+        with process_lib.collector_paused():
+            1 / 0
+    assert gc.isenabled()
+    gc.disable()  # Paused by someone else: left paused.
+    try:
+        with process_lib.collector_paused():
+            pass
+        assert not gc.isenabled()
+    finally:
+        gc.enable()
 
 
 # /proc/cpuinfo lines as the kernel writes them (flags shortened).

@@ -12,7 +12,6 @@ one-line error when it is missing. No TensorFlow.
 
 from __future__ import annotations
 
-import gc
 import os
 import time
 from collections.abc import Mapping, Sequence
@@ -20,6 +19,7 @@ from typing import Any
 
 import numpy as np
 
+from dlbricks_tf.machine import process as process_lib
 from dlbricks_tf.machine import settings as settings_lib
 from dlbricks_tf.measuring.sampling import MeasurementError
 
@@ -267,17 +267,12 @@ def timed_ns(calls: Sequence[tuple[Any, Any]], samples: int) -> list[int]:
     """
     clock = time.perf_counter_ns
     durations = []
-    enabled = gc.isenabled()
-    gc.disable()
-    try:
+    with process_lib.collector_paused():
         for _ in range(samples):
             start = clock()
             for run, binding in calls:
                 run(binding)
             durations.append(clock() - start)
-    finally:
-        if enabled:
-            gc.enable()
     return durations
 
 

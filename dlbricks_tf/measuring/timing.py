@@ -268,7 +268,8 @@ class Timer(AdaptiveSampling):
 
     def _prepare(self) -> None:
         opts = self.options
-        self.run_ms(1)  # Traces and instantiates the function.
+        with process_lib.collector_paused():  # As a chain's trace.
+            self.run_ms(1)  # Traces and instantiates the function.
         warm = self.durations_ms(1, max(1, opts.warmup_calls))
         self._dispatch_ms = stats.median([self.run_ms(0) for _ in range(2)])
         if self.settings.jit_compile:  # Else an empty sample lasts 0.
