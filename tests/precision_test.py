@@ -13,14 +13,28 @@ def _spread(center: float, width: float, n: int = 21) -> list[float]:
     return [center - width + 2 * width * i / (n - 1) for i in range(n)]
 
 
-def test_half_width_of_a_known_spread_and_of_too_few_samples():
+def test_half_width_is_the_mean_interval_the_stored_timing_carries():
     samples = _spread(10.0, 1.0)
-    ordered = sorted(samples)
-    lo, hi = precision.stats.median_ci_ranks(len(ordered))
-    assert precision.half_width(samples) == max(
-        10.0 - ordered[lo], ordered[hi] - 10.0
+    # Student's t on the spread: what `summarize` stores and estimates add.
+    sd = math.sqrt(sum((v - 10.0) ** 2 for v in samples) / 20)
+    expected = precision.stats.t975(20) * sd / math.sqrt(21)
+    assert precision.half_width(samples) == pytest.approx(expected)
+    assert precision.half_width(samples) == pytest.approx(
+        summarize(samples, noisy=False).mean_half_ms
     )
     assert precision.half_width([1.0]) == math.inf
+    assert precision.half_width([]) == math.inf
+
+
+def test_a_burst_widens_the_interval_the_chain_stops_on():
+    # One sample of 20 caught in a neighbour's burst: the median barely
+    # moves, the mean's interval (what the estimate adds up) widens, and
+    # the chain goes on sampling.
+    quiet = _spread(10.0, 0.05)
+    burst = [*quiet[:-1], 30.0]
+    weights = {"m": {"a": 1}}
+    assert precision.chain_verdict({"a": quiet}, weights, {}, 0.02)[0]
+    assert not precision.chain_verdict({"a": burst}, weights, {}, 0.02)[0]
 
 
 def test_a_tiny_imprecise_brick_does_not_hold_a_model_back():
@@ -43,11 +57,12 @@ def test_the_brick_that_keeps_a_model_from_its_target_is_named():
 
 
 def test_counts_weigh_and_known_bricks_widen_the_budget():
-    samples = {"a": _spread(1.0, 0.05)}
-    # Alone, a is 100% of the model: +-5% misses 2%.
+    samples = {"a": _spread(1.0, 0.15)}  # a's mean known to +-4%.
+    assert precision.half_width(samples["a"]) == pytest.approx(0.04, abs=0.005)
+    # Alone, a is 100% of the model: +-4% misses 2%.
     assert not precision.chain_verdict(samples, {"m": {"a": 1}}, {}, 0.02)[0]
     # Beside 99 ms already timed, a is 1% of the model: its share of the
-    # budget is 0.02^2 * 100 * 1, more than its (5% of 1 ms)^2.
+    # budget is 0.02^2 * 100 * 1, more than its (4% of 1 ms)^2.
     weights = {"m": {"a": 1, "old": 1}}
     assert precision.chain_verdict(samples, weights, {"old": 99.0}, 0.02)[0]
 
@@ -55,7 +70,7 @@ def test_counts_weigh_and_known_bricks_widen_the_budget():
 def test_a_model_mostly_untimed_is_extrapolated_from_its_timed_calls():
     # a is one of the model's 50 brick calls: its estimate is taken as 50
     # times a's, so a needs to be known to 2% * sqrt(50), not 2%.
-    samples = {"a": _spread(1.0, 0.05)}
+    samples = {"a": _spread(1.0, 0.15)}  # +-4%.
     others = {f"b{i}": 1 for i in range(49)}
     weights = {"m": {"a": 1, **others}}
     assert precision.chain_verdict(samples, weights, {}, 0.02)[0]

@@ -184,7 +184,7 @@ def time_chains(
 
     options = options or TimingOptions()
     weights = weights or {}
-    known_ms = {k: t.median_ms for k, t in (known or {}).items()}
+    known_ms = {k: t.center_ms for k, t in (known or {}).items()}
     timed: list[str] = []
     noisy: list[str] = []
     failed: list[str] = []
@@ -259,7 +259,7 @@ def time_chains(
         clock["sampling"] += chain.sampling_seconds
         for i, key in enumerate(chain.keys):
             result = chain.result(i, noisy=key in holding)
-            known_ms[key] = result.median_ms
+            known_ms[key] = result.center_ms
             timed.append(key)
             if result.noisy:
                 noisy.append(key)
