@@ -92,10 +92,13 @@ def chain_verdict(
     Returns:
         (settled, the bricks that keep some model from its target).
     """
-    means = {
-        k: stats.mean_interval(v)[0] if v else 0.0 for k, v in samples.items()
+    # (mean, half-width) of each brick; no sample: (0, inf).
+    intervals = {
+        k: stats.mean_interval(v) if v else (0.0, math.inf)
+        for k, v in samples.items()
     }
-    widths = {k: half_width(v) for k, v in samples.items()}
+    means = {k: mean for k, (mean, _) in intervals.items()}
+    widths = {k: half for k, (_, half) in intervals.items()}
     groups = {
         model: {k: c for k, c in counts.items() if k in samples and c > 0}
         for model, counts in weights.items()
