@@ -13,17 +13,17 @@ def _spread(center: float, width: float, n: int = 21) -> list[float]:
     return [center - width + 2 * width * i / (n - 1) for i in range(n)]
 
 
-def test_half_width_is_the_mean_interval_the_stored_timing_carries():
+def test_interval_is_the_mean_interval_the_stored_timing_carries():
     samples = _spread(10.0, 1.0)
     # Student's t on the spread: what `summarize` stores and estimates add.
     sd = math.sqrt(sum((v - 10.0) ** 2 for v in samples) / 20)
     expected = precision.stats.t975(20) * sd / math.sqrt(21)
-    assert precision.half_width(samples) == pytest.approx(expected)
-    assert precision.half_width(samples) == pytest.approx(
-        summarize(samples, noisy=False).mean_half_ms
-    )
-    assert precision.half_width([1.0]) == math.inf
-    assert precision.half_width([]) == math.inf
+    mean, half = precision.interval(samples)
+    assert mean == pytest.approx(10.0)
+    assert half == pytest.approx(expected)
+    assert half == pytest.approx(summarize(samples, noisy=False).mean_half_ms)
+    assert precision.interval([1.0]) == (1.0, math.inf)
+    assert precision.interval([]) == (0.0, math.inf)
 
 
 def test_a_burst_widens_the_interval_the_chain_stops_on():
@@ -58,7 +58,7 @@ def test_the_brick_that_keeps_a_model_from_its_target_is_named():
 
 def test_counts_weigh_and_known_bricks_widen_the_budget():
     samples = {"a": _spread(1.0, 0.15)}  # a's mean known to +-4%.
-    assert precision.half_width(samples["a"]) == pytest.approx(0.04, abs=0.005)
+    assert precision.interval(samples["a"])[1] == pytest.approx(0.04, abs=0.005)
     # Alone, a is 100% of the model: +-4% misses 2%.
     assert not precision.chain_verdict(samples, {"m": {"a": 1}}, {}, 0.02)[0]
     # Beside 99 ms already timed, a is 1% of the model: its share of the

@@ -55,11 +55,12 @@ from dlbricks_tf.stats import Timing
 CHAIN = "(chain)"
 
 
-def half_width(samples: Sequence[float]) -> float:
-    """Half-width of the mean's 95% interval (inf under 2 samples)."""
-    if not samples:
-        return math.inf
-    return stats.mean_interval(samples)[1]
+def interval(samples: Sequence[float]) -> tuple[float, float]:
+    """(mean, half-width of its 95% interval) of a brick's samples.
+
+    (0.0, inf) without samples; the half-width is inf under 2 samples.
+    """
+    return stats.mean_interval(samples) if samples else (0.0, math.inf)
 
 
 def timing_half_width(timing: Timing) -> float:
@@ -92,11 +93,7 @@ def chain_verdict(
     Returns:
         (settled, the bricks that keep some model from its target).
     """
-    # (mean, half-width) of each brick; no sample: (0, inf).
-    intervals = {
-        k: stats.mean_interval(v) if v else (0.0, math.inf)
-        for k, v in samples.items()
-    }
+    intervals = {k: interval(v) for k, v in samples.items()}
     means = {k: mean for k, (mean, _) in intervals.items()}
     widths = {k: half for k, (_, half) in intervals.items()}
     groups = {
