@@ -121,7 +121,7 @@ class Census:
         parts = line.split(",")
         if len(parts) > 5 and parts[3].startswith("create"):
             # The outermost timer decides: a chain reads the reference
-            # inside its own call.
+            # right after its own call, inside its `sample()`.
             phase, timer = self._stack[0] if self._stack else ("elsewhere", "")
             self.by_phase[phase] += 1
             if phase.endswith(" samples"):

@@ -7,12 +7,13 @@ reading, a longer or shorter window, a damped factor, or one part of the
 workload. This measures them on the same batches.
 
 Each of --processes processes (one after another, beside the --neighbour)
-builds one `Timer` per model of --models, its reference read inside its
-calls as `run` reads it, and measures every model --repeats times in turn,
---batches batches each: a model measured again a minute later, and in
-another process. Every batch keeps its raw median, its in-call reading (of
-the scale's workload, `reference.WORKLOAD`), and, read from Python right
-after it, the compute and memory parts of the matmul-reduce workload and a
+builds one `Timer` per model of --models, its reference read right
+after its calls as `run` reads it, and measures every model --repeats
+times in turn, --batches batches each: a model measured again a minute
+later, and in another process. Every batch keeps its raw median, the
+reading right after its call (of the scale's workload,
+`reference.WORKLOAD`), and, read from Python after that, the compute and
+memory parts of the matmul-reduce workload and a
 reading of the conv block. Each rule then scales the same batches, and a
 measurement is the median of its scaled batches. Per rule and model it
 prints, as the standard deviation of the measurements' logs (x100, so
@@ -205,7 +206,7 @@ def _measure(index: int, out: Path) -> None:
     from dlbricks_tf import stats
     from dlbricks_tf.measuring import reference, timing
 
-    ref = reference.Reference()  # The scale's, read in the timers' calls.
+    ref = reference.Reference()  # The scale's, read after the timers' calls.
     parts = reference.Reference("matmul-reduce")
     block = reference.Reference("conv-block")
     # The state is 1: the rules' spreads do not depend on it.

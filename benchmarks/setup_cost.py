@@ -177,7 +177,7 @@ def main(argv: list[str]) -> None:
         # with the collector paused as `ChainTimer._prepare` pauses it.
         with process_lib.collector_paused():
             start = time.perf_counter()
-            timer._run.get_concrete_function(timer._inputs, timer._reads[0])
+            timer._run.get_concrete_function(timer._inputs)
             seconds["trace"] += time.perf_counter() - start
             start = time.perf_counter()
             timer._call(1)

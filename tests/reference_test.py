@@ -266,7 +266,7 @@ def test_a_batch_without_a_reading_keeps_the_last_factor():
     assert scale.readings == [4.0, 1.0, 2.0]
 
 
-def test_a_state_from_in_graph_readings_is_their_first_median_kept():
+def test_a_state_from_the_timers_readings_is_their_first_median_kept():
     kept = []
 
     def keep(state):
@@ -277,7 +277,7 @@ def test_a_state_from_in_graph_readings_is_their_first_median_kept():
         _never_read,
         lambda: None,  # Nothing stored yet.
         window=1,
-        graph="in-graph",
+        graph="after calls",
         keep=keep,
         calibration=3,
     )
@@ -302,16 +302,16 @@ def test_a_store_is_calibrated_by_its_first_runs_own_readings(
     )
     fp = system_fingerprint()
     ref = reference.Reference("matmul-reduce", size=64, matmuls=2, memory_mib=1)
-    in_graph = reference.IN_GRAPH and backend == "tf"
+    after_calls = reference.AFTER_CALLS and backend == "tf"
     with Store(tmp_path / "s.sqlite") as store:
         scale = reference.ReferenceScale.for_store(
             ref, store, settings, fp, readings=3, warm_s=0
         )
-        assert scale.graph is (ref if in_graph else None)
-        if not in_graph:  # Calibrated from back-to-back readings.
+        assert scale.graph is (ref if after_calls else None)
+        if not after_calls:  # Calibrated from back-to-back readings.
             assert scale.state_ms == store.reference_state(settings, fp)
             return
-        # TensorFlow's timers read in their calls: the state waits for
+        # TensorFlow's timers read after their calls: the state waits for
         # the first three of their readings, and the store keeps it.
         assert scale.state_ms is None
         for reading in (2.0, 5.0, 4.0):
@@ -396,6 +396,17 @@ def test_the_workload_times_real_work(workload):
     assert len(parts) == {"conv-block": 1, "matmul-reduce": 2}[workload]
     assert all(p > 0.0005 for p in parts)
     assert ref.seconds > before
+
+
+def test_a_reading_after_a_call_runs_the_loop_traced_once():
+    ref = reference.Reference("matmul-reduce", **_SMALL["matmul-reduce"])
+    loop = ref._loop()
+    readings = [ref.after_call() for _ in range(3)]
+    # The workload's runs, timed: real work, not a stamp's resolution.
+    assert all(r > 0.001 for r in readings)
+    assert ref.seconds > 0
+    # No trace per reading (nor per timer): the one loop, called.
+    assert ref._loop() is loop
 
 
 if __name__ == "__main__":

@@ -79,14 +79,14 @@ def test_a_sample_call_takes_a_batch_and_runs_s_times_k_calls():
     assert timer.empty_sample_ms >= 0 and timer.dispatch_ms > 0
 
 
-def test_a_timer_reads_the_reference_inside_each_batch_call():
+def test_a_timer_reads_the_reference_right_after_each_batch_call():
     x = keras.Input((8,))
     counter = models.Counter()
     model = keras.Model(x, layers.Dense(4)(counter(x)))
     workload = reference.Reference()
 
     def from_python():
-        raise AssertionError("read from Python, not in the timer's call")
+        raise AssertionError("read before the batch, not after its call")
 
     scale = reference.ReferenceScale(from_python, 1.0, graph=workload)
     timer = _timer(model)
@@ -94,7 +94,7 @@ def test_a_timer_reads_the_reference_inside_each_batch_call():
     timer.sample()
     before = int(counter.calls.numpy())
     timer.sample()
-    # The batch's call runs the model S x K times and the reference too.
+    # The batch's call runs the model S x K times; the reference follows.
     assert int(counter.calls.numpy()) - before == (
         timer.samples_per_call * timer.calls_per_sample
     )

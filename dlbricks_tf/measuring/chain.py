@@ -187,17 +187,12 @@ class ChainTimer:
                 self._inputs.append(tf.constant(values[j][np.newaxis]))
         signature = [tf.TensorSpec(x.shape, x.dtype) for x in self._inputs]
         self._inputs.append(tf.zeros([1], tf.float32))  # The empty links'.
-        # The reference is read inside the last pass of each sample.
+        # The reference is read right after the last pass of each sample.
         self._graph = getattr(scale, "graph", None)
         self._run = chain_graph.chain_function(
-            models, self._layout, plan, slots, signature, self._graph
+            models, self._layout, plan, slots, signature
         )
-        self._reading = 0.0  # Ms of the last in-graph reading.
-        # The `reads` input of a pass: none, or a reading's runs.
-        self._reads = (
-            tf.constant(0),
-            tf.constant(self._graph.RUNS if self._graph is not None else 0),
-        )
+        self._reading = 0.0  # Ms of the last reading after a pass.
         self._concrete = None
         self._n = 0
         self._samples: list[list[float]] = [[] for _ in bricks]
@@ -245,21 +240,17 @@ class ChainTimer:
     def _call(self, n: int, read: bool = False) -> np.ndarray:
         """Per-pass ms of every link (bricks and empty), over n passes.
 
-        With `read` (and a scale that reads in-graph), the last pass reads
-        the reference after its last link, into `_reading`.
+        With `read` (and a scale that reads after the timers' calls), the
+        reference is read right after the last pass, into `_reading`.
         """
         if self._concrete is None:  # Traced once; called without the
             # polymorphic function's argument matching (2 of 22 ms a pass of
             # 64 MobileNetV2 bricks).
             self._concrete = self._run.get_concrete_function()
-        sums = None
-        for i in range(n):
-            reads = self._reads[read and i == n - 1]
-            links, _, reading = self._concrete(self._inputs, reads)
-            sums = links.numpy() if sums is None else sums + links.numpy()
+        passes = [self._concrete(self._inputs)[0] for _ in range(n)]
         if read:
-            self._reading = float(reading.numpy())
-        return sums * 1e3 / n
+            self._reading = self._graph.after_call()
+        return sum(p.numpy() for p in passes) * 1e3 / n
 
     def _prepare(self) -> None:
         start = time.perf_counter()
@@ -278,10 +269,10 @@ class ChainTimer:
     def sample(self) -> None:
         """Takes one sample of every link (`iterations` passes).
 
-        With a `scale`, the reference is read (inside the last pass when
-        the scale reads in-graph, else right before the passes) and every
-        link is scaled to the machine's reference state
-        (`dlbricks_tf.measuring.reference`).
+        With a `scale`, the reference is read (right after the last pass
+        when the scale reads after the timers' calls, else right before
+        the passes) and every link is scaled to the machine's reference
+        state (`dlbricks_tf.measuring.reference`).
         """
         if not self._n:
             self._prepare()

@@ -99,20 +99,16 @@ def chain_function(
     plan: Sequence[Sequence[int | None]],
     slots: Mapping[tuple[int, int], int],
     signature: Sequence[tf.TensorSpec],
-    reference=None,
 ):
-    """Returns f(inputs, reads) -> the duration of every link in one pass.
+    """Returns f(inputs) -> the duration of every link in one pass.
 
     `layout` gives each link's brick (None: an empty link); `plan` the
     feeding of each brick link (see `feed_plan`). `inputs` is the flat
     list of the synthetic inputs (input j of brick i at `slots[i, j]`,
     with `signature`), then one float32 for the empty links, each with an
     outer dimension of 1 (the slice that orders a link after its stamp).
-    The result is float64 seconds, one entry per link of `layout`, a
-    float32 that keeps the bricks live, and the ms of a reading of
-    `reference` (a `dlbricks_tf.measuring.reference.Reference`) taken
-    after the last link, `reads` times back to back (an int32 scalar; 0,
-    or no `reference`: no reading, 0 ms).
+    The result is float64 seconds, one entry per link of `layout`, and a
+    float32 that keeps the bricks live.
 
     One pass, no `tf.while_loop`: a loop body captures every weight of
     every brick as a loop variable, which doubled both the trace and the
@@ -126,11 +122,8 @@ def chain_function(
     """
     signature = [*signature, tf.TensorSpec([1], tf.float32)]
 
-    @tf.function(
-        input_signature=[signature, tf.TensorSpec([], tf.int32)],
-        autograph=False,
-    )
-    def run(inputs, reads):
+    @tf.function(input_signature=[signature], autograph=False)
+    def run(inputs):
         scalar = inputs[-1]
         # Slices share their index constants (see `_FirstElement`).
         first = _FirstElement()
@@ -186,10 +179,6 @@ def chain_function(
             with tf.control_dependencies(link_ends):
                 stamp = tf.raw_ops.Timestamp()
             stamps += [start, stamp]
-        reading = tf.constant(0.0, tf.float64)
-        if reference is not None:
-            reading, kept = reference.in_graph(stamp, reads)
-            ends.append(kept)
         stamps = tf.stack(stamps)
         total = tf.add_n(
             [
@@ -197,7 +186,7 @@ def chain_function(
                 for e in ends
             ]
         )
-        return stamps[1::2] - stamps[0::2], total, reading
+        return stamps[1::2] - stamps[0::2], total
 
     return run
 

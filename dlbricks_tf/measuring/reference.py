@@ -9,20 +9,20 @@ pools like the bricks: by default a small conv block shaped like them
 before it keep a chain of square matmuls and a reduction over a buffer
 several times the L2 cache (`WORKLOADS`).
 
-TensorFlow's timers run it inside their own calls (`Reference.in_graph`):
-a chain reads it after the last link of each sample's last pass, a
-model's timer after each batch's samples, in the same executor run, on
-pools and caches as the samples left them. ONNX Runtime's timers read it
-from Python right before a batch (`Reference.read`), at most every
-`INTERVAL_S`: adjacent in time, not concurrent, since two vCPUs have no
-core to spare.
+TensorFlow's timers read it right after their own calls
+(`Reference.after_call`): a chain after each sample's last pass, a
+model's timer after each batch's call, on pools and caches as the
+samples left them. ONNX Runtime's timers read it from Python right
+before a batch (`Reference.read`), at most every `INTERVAL_S`. Adjacent
+in time, never concurrent: two vCPUs have no core to spare.
 
 `ReferenceScale` turns those readings into a factor: each batch of samples
 is multiplied by `state_ms / r`, where r is the median of the last
 `WINDOW` readings and `state_ms` the machine's reference state, kept in
 the store per machine and settings (`Store.reference_state`): the median
-of the first readings the store's first timing run took in its timers'
-calls (read from Python: of a calibration of back-to-back readings). A
+of the first readings the store's first timing run took after its
+timers' calls (read before batches: of a calibration of back-to-back
+readings). A
 slowdown that hits a sample and its reference alike leaves the scaled
 sample where it was; a run with a steady reference is scaled by about 1.
 Scaled timings are milliseconds "at the reference state": what the
@@ -74,16 +74,21 @@ CALIBRATION_READINGS = 15
 # changes of the machine that last a few seconds or more (a steal episode,
 # another process's run).
 INTERVAL_S = 0.5
-# TensorFlow's timers read the reference inside their own calls, right
-# after their samples (`ReferenceScale.graph`): in the same executor run,
-# on pools and caches in the state the samples left them, where a reading
-# from Python between batches found them in whatever state the gap left
-# (1.2-1.7 ms after 0.3 s idle against 0.6-1.0 back to back): a
-# process's median reading moved 0.55-1.44x of the state between the
-# processes of one store, against 10% read in the calls, and later runs
-# on a reused store read 12/16 within ±10% against 5/16 (7/16 without
-# the reference; docs/history/2026-12-03.md). False: read from Python.
-IN_GRAPH = True
+# TensorFlow's timers read the reference right after their own calls,
+# the workload's runs back to back in one call (`ReferenceScale.graph`,
+# `Reference.after_call`): on pools and caches in the state the samples
+# left them, where a reading from Python before a batch found them in
+# whatever state the gap left (1.2-1.7 ms after 0.3 s idle against
+# 0.6-1.0 back to back): a process's median reading moved 0.55-1.44x of
+# the state between the processes of one store, against 10% read in the
+# calls, and later runs on a reused store read 12/16 within ±10% against
+# 5/16 (7/16 without the reference; docs/history/2026-12-03.md). The
+# readings were first taken inside the timers' calls, a `tf.while_loop`
+# in each chain's and model's graph: 90-125 ms of every chain's setup.
+# Read right after the call, they agree with those to 1-2% (medians of
+# 300 alternated readings: 0.977-1.006 with oneDNN, 0.999 without).
+# False: read from Python before each batch.
+AFTER_CALLS = True
 # The workload a new store's reference state is taken with (`WORKLOADS`).
 # A brick-shaped conv block: read in the timers' calls, it left whole
 # models measured minutes apart and in other processes an SD of 4.2, 7.6
@@ -100,7 +105,7 @@ class Reference:
     """The reference workload on TensorFlow: one reading is about a ms.
 
     A reading runs the workload `RUNS` times back to back and times the
-    last run, from Python (`read`) or inside a timer's call (`in_graph`).
+    last run: in as many calls (`read`), or in one (`after_call`).
 
     Args:
         workload: Which fixed work a reading times (`WORKLOADS`): a store
@@ -138,41 +143,63 @@ class Reference:
             return (*parts, value)
 
         self._read = read.get_concrete_function()
+        self._looped = None
+        self._loop()  # Traced once, for `after_call`.
         self.seconds = 0.0  # Wall-clock spent reading.
         self.read()  # Traced and warmed up.
         self.seconds = 0.0
 
-    def in_graph(self, after, times):
-        """The workload as ops of a traced function (a timer's own call).
+    def after_call(self) -> float:
+        """One reading, ms, taken right after a timer's call.
 
-        Runs the workload `times` times (an int32 scalar tensor; 0: not at
-        all), the first after `after` (a tensor) and each after the one
-        before; returns (ms of the last run, float64; 0 if none ran, and
-        a float32 scalar 0.0 that depends on the last run by data, for
-        the caller to add to a result it returns so that the workload is
-        live). Run `RUNS` times, as `read` does, the last run finds its
-        operands in the caches.
+        The workload's `RUNS` runs go back to back in one call of a loop
+        traced once per `Reference`, as they would inside the timer's own
+        function, with none of its cost: a loop in each chain's graph made
+        its trace and first call 90-125 ms longer.
         """
-        import tensorflow as tf
+        start = time.perf_counter()
+        ms, _ = self._loop()(self._zero, self._runs)
+        reading = float(ms.numpy())
+        self.seconds += time.perf_counter() - start
+        return reading
 
-        from dlbricks_tf.measuring.timing_loop import zero_after
+    def _loop(self):
+        """The concrete function of `after_call`'s loop, traced once:
+        (zero, times) -> (ms of the last run, a float32 0.0 that depends
+        on it by data); `zero` is a float32 0.0 the first run follows."""
+        if self._looped is None:
+            import tensorflow as tf
 
-        operands, ops = self._operands, self._ops
+            from dlbricks_tf.measuring.timing_loop import zero_after
 
-        def body(i, ms, carried):
-            with tf.control_dependencies([carried]):
-                start = tf.timestamp()
-            parts, value = ops(operands, start)
-            return i + 1, tf.add_n(list(parts)), zero_after(value)
+            operands, ops = self._operands, self._ops
 
-        zero = zero_after(after)
-        _, ms, carried = tf.while_loop(
-            lambda i, ms, carried: i < times,
-            body,
-            (tf.constant(0), tf.constant(0.0, tf.float64), zero),
-            parallel_iterations=1,
-        )
-        return ms, carried
+            def body(i, ms, carried):
+                with tf.control_dependencies([carried]):
+                    start = tf.timestamp()
+                parts, value = ops(operands, start)
+                return i + 1, tf.add_n(list(parts)), zero_after(value)
+
+            @tf.function(
+                input_signature=[
+                    tf.TensorSpec([], tf.float32),
+                    tf.TensorSpec([], tf.int32),
+                ],
+                autograph=False,
+            )
+            def loop(zero, times):
+                _, ms, carried = tf.while_loop(
+                    lambda i, ms, carried: i < times,
+                    body,
+                    (tf.constant(0), tf.constant(0.0, tf.float64), zero),
+                    parallel_iterations=1,
+                )
+                return ms, carried
+
+            self._looped = loop.get_concrete_function()
+            self._zero = tf.constant(0.0)
+            self._runs = tf.constant(self.RUNS)
+        return self._looped
 
     def read(self) -> float:
         """One reading, ms: the sum of the workload's parts.
@@ -214,10 +241,10 @@ class ReferenceScale:
         first: Readings the first factor is the median of, at least.
         first_s: The first factor reads for this long, at least (and
             `first` readings); `for_store` passes `FIRST_S`.
-        graph: The `Reference` whose workload TensorFlow's timers run
-            inside their own calls, right after their samples
-            (`Reference.in_graph`), and hand to `factor_of`; None: every
-            batch is scaled by `factor`, read before it.
+        graph: The `Reference` that TensorFlow's timers read right
+            after their own calls (`Reference.after_call`) and hand to
+            `factor_of`; None: every batch is scaled by `factor`, read
+            before it.
         keep: With `graph`, when `state_ms()` returns None (no state
             yet): the state is the median of the first `calibration`
             readings handed to `factor_of`, passed to `keep`, which
@@ -264,8 +291,8 @@ class ReferenceScale:
     def state_ms(self) -> float | None:
         """The reference state, ms (found now if it was not yet).
 
-        None while a state taken from in-graph readings (`keep`) waits
-        for its readings.
+        None while a state taken from the timers' readings (`keep`)
+        waits for its readings.
         """
         if self._state is None:
             found = self._find_state()
@@ -308,8 +335,8 @@ class ReferenceScale:
 
         The reference state is read from the store; a store without one
         for these settings and machine is given the median of `readings`
-        readings: on TensorFlow (with `IN_GRAPH`), the first that its
-        timers take inside their calls, the batches before them
+        readings: on TensorFlow (with `AFTER_CALLS`), the first that its
+        timers take after their calls, the batches before them
         unscaled; else a calibration of back-to-back readings after
         `warm_s` of warm-up, when the state is first needed (the first
         batch, or `state_ms`). Either way a command stopped before it
@@ -353,7 +380,7 @@ class ReferenceScale:
                 )
             return found
 
-        if IN_GRAPH and settings.backend == "tf":
+        if AFTER_CALLS and settings.backend == "tf":
             return cls(
                 reference.read,
                 stored,
@@ -423,10 +450,10 @@ class ReferenceScale:
     def factor_of(
         self, reading_ms: float, seconds: float | None = None
     ) -> float:
-        """State / recent readings, `reading_ms` the latest (read in-graph).
+        """State / recent readings, `reading_ms` the latest.
 
-        For a batch whose timer read the reference inside its own call
-        (`graph`): the reading joins the window and the batch is scaled by
+        For a batch whose timer read the reference right after its own
+        call (`graph`): the reading joins the window and the batch is scaled by
         the window's median, as `factor` does with its own readings.
         `seconds` is what the reading cost, for `summary`; by default
         `Reference.RUNS` times its ms (the workload ran that many times).

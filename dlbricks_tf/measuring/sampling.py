@@ -193,8 +193,8 @@ class AdaptiveSampling:
     # A `reference.ReferenceScale`, or None: each batch is scaled to the
     # machine's reference state, read right before it.
     scale = None
-    # The `reference.Reference` the subclass reads inside its own calls
-    # (`Timer`, when its scale reads in-graph): `_take` then leaves the
+    # The `reference.Reference` the subclass reads right after its calls
+    # (`Timer`, when its scale reads after them): `_take` then leaves the
     # reading's ms in `_reading`, and the batch is scaled by it.
     _graph = None
     _reading = 0.0
@@ -340,8 +340,8 @@ class AdaptiveSampling:
 
         The batch has S samples, fewer if `max_samples` is closer; the
         first call prepares the timer first. With a `scale`, the reference
-        is read (inside the batch's call, after its samples, when the
-        timer reads in-graph; else right before it) and the batch is
+        is read (right after the batch's call, when the timer reads after
+        its calls; else right before it) and the batch is
         scaled to the machine's reference state
         (`dlbricks_tf.measuring.reference`).
         """

@@ -195,8 +195,7 @@ class Timer(AdaptiveSampling):
                 f"{str(e).strip().splitlines()[0] if str(e).strip() else ''}"
                 "; use a smaller --batch_size."
             ) from e
-        # Traced at the first call, with the scale set by then: a scale
-        # that reads in-graph puts its reference in the same function.
+        # Traced at the first call.
         self._loop_args = (models, specs, input_copies, settings.jit_compile)
         self._run = None
         self._samples: list[float] = []
@@ -212,7 +211,7 @@ class Timer(AdaptiveSampling):
 
     @property
     def _graph(self):
-        """The reference this timer reads in its own calls, or None."""
+        """The reference this timer reads after its calls, or None."""
         return getattr(self.scale, "graph", None)
 
     def durations_ms(
@@ -222,23 +221,17 @@ class Timer(AdaptiveSampling):
 
         Each sample runs `iterations` loop iterations of
         `calls_per_iteration` model calls; nothing is subtracted. With
-        `read` (and a scale that reads in-graph), the call reads the
-        reference after its samples, into `_reading`.
+        `read` (and a scale that reads after the timers' calls), the
+        reference is read right after the call, into `_reading`.
         """
         graph = self._graph
         if self._run is None:
-            self._run = timing_loop.sampled_function(
-                *self._loop_args, reference=graph
-            )
-        args = [self._inputs, tf.constant(iterations), tf.constant(samples)]
-        if graph is None:
-            durations, _ = self._run(*args)
-        else:
-            durations, _, reading = self._run(
-                *args, tf.constant(graph.RUNS if read else 0)
-            )
-            if read:
-                self._reading = float(reading.numpy())
+            self._run = timing_loop.sampled_function(*self._loop_args)
+        durations, _ = self._run(
+            self._inputs, tf.constant(iterations), tf.constant(samples)
+        )
+        if read and graph is not None:
+            self._reading = graph.after_call()
         return (durations.numpy() * 1e3).tolist()
 
     def batch_ms(self) -> tuple[list[float], float]:
@@ -248,8 +241,8 @@ class Timer(AdaptiveSampling):
         (`benchmarks/scale_rules.py`). Prepares the timer first if it was
         not. Returns each sample's raw ms (its `calls_per_sample` model
         calls, nothing subtracted) and the ms of the reference reading
-        taken in the same call right after them (0.0 without a scale that
-        reads in-graph).
+        taken right after the call (0.0 without a scale that reads after
+        the timers' calls).
         """
         if not self._n:
             self.sample()

@@ -156,7 +156,6 @@ def sampled_function(
     specs: Sequence[tuple[tuple[int, ...], str]],
     input_copies: int,
     jit_compile: bool = False,
-    reference=None,
 ):
     """Returns f(xs, n, s) -> (durations, acc): s in-graph timed samples.
 
@@ -171,11 +170,6 @@ def sampled_function(
         input_copies: Input copies the iterations rotate through; each
             input of f has this extra outermost dimension.
         jit_compile: Compile the iterations with XLA.
-        reference: A `dlbricks_tf.measuring.reference.Reference`: f then
-            takes a fourth argument, `reads` (int32 scalar), runs the
-            reference's workload that many times back to back after the
-            last sample, and returns a third result, the ms of the last
-            run (0 if none ran).
     """
     if jit_compile:
         # XLA has no timestamp op: a step is a compiled loop of n
@@ -205,9 +199,6 @@ def sampled_function(
         tf.TensorSpec([], tf.int32),
     ]
 
-    if reference is not None:
-        signature.append(tf.TensorSpec([], tf.int32))
-
     def sampled(xs, n, s):
         # A timestamp after every step goes to slot ceil((i + 1) / steps)
         # of `stamps`: the last write to slot j is the end of sample j,
@@ -232,16 +223,7 @@ def sampled_function(
         )
         return stamps[1:] - stamps[:-1], acc
 
-    if reference is None:
-        return tf.function(sampled, input_signature=signature, autograph=False)
-
-    @tf.function(input_signature=signature, autograph=False)
-    def run(xs, n, s, reads):
-        durations, acc = sampled(xs, n, s)
-        reading, kept = reference.in_graph(acc, reads)
-        return durations, acc + kept, reading
-
-    return run
+    return tf.function(sampled, input_signature=signature, autograph=False)
 
 
 _LOOP_OVERHEAD_MS: dict[tuple[int, int, bool, int], float] = {}
