@@ -143,8 +143,7 @@ class Reference:
             return (*parts, value)
 
         self._read = read.get_concrete_function()
-        self._looped = None
-        self._loop()  # Traced once, for `after_call`.
+        self._looped = None  # `after_call`'s loop, traced at its first.
         self.seconds = 0.0  # Wall-clock spent reading.
         self.read()  # Traced and warmed up.
         self.seconds = 0.0
