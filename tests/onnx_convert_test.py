@@ -4,6 +4,7 @@ import keras
 import numpy as np
 import onnxruntime as ort
 import pytest
+import tensorflow as tf
 
 import dlbricks_tf
 from dlbricks_tf.measuring import onnx_convert
@@ -69,6 +70,67 @@ def test_a_model_over_the_weight_bound_is_refused_before_converting(
     monkeypatch.setattr(onnx_convert, "MAX_WEIGHT_BYTES", weights)
     onnx_convert.to_onnx(model, tmp_path / "m.onnx")
     assert (tmp_path / "m.onnx").exists()
+
+
+def _model_with_a_large_dense_kernel() -> keras.Model:
+    """Conv2D, Dense on a sequence and on a vector: kernels of 4.5, 2, 36 KiB.
+
+    Only the last is a Dense kernel of 4 KiB or more.
+    """
+    keras.utils.set_random_seed(0)
+    inp = keras.Input((6, 6, 8))
+    x = keras.layers.Conv2D(16, 3, padding="same")(inp)
+    x = keras.layers.Dense(32)(keras.layers.Reshape((36, 16))(x))
+    out = keras.layers.Dense(8)(keras.layers.Flatten()(x))
+    return keras.Model(inp, out)
+
+
+def test_large_dense_kernels_are_kept_out_of_tf2onnx(tmp_path, monkeypatch):
+    model = _model_with_a_large_dense_kernel()
+    # Below the 36 KiB kernel: converted only if tf2onnx is not handed it.
+    monkeypatch.setattr(onnx_convert, "MAX_CONSTANT_BYTES", 16 * 2**10)
+    path = tmp_path / "k.onnx"
+    with pytest.raises(onnx_convert.ConversionError, match="of constants"):
+        onnx_convert.to_onnx(model, path)
+    assert not path.exists()
+    monkeypatch.setattr(onnx_convert, "LARGE_KERNEL_BYTES", 4 * 2**10)
+    info = onnx_convert.to_onnx(model, path)
+    session = _session(path)
+    assert [i.name for i in session.get_inputs()] == ["input_0"]
+    x = np.random.default_rng(0).standard_normal((3, 6, 6, 8), "float32")
+    (got,) = session.run(None, {info.input_names[0]: x})
+    np.testing.assert_allclose(got, np.asarray(model(x)), rtol=1e-4, atol=1e-5)
+
+
+def test_a_kept_out_kernel_changes_no_op_of_the_file(tmp_path, monkeypatch):
+    import onnx
+
+    model = _model_with_a_large_dense_kernel()
+    onnx_convert.to_onnx(model, tmp_path / "a.onnx")
+    monkeypatch.setattr(onnx_convert, "LARGE_KERNEL_BYTES", 4 * 2**10)
+    onnx_convert.to_onnx(model, tmp_path / "b.onnx")
+    a, b = (onnx.load(str(tmp_path / f)).graph for f in ("a.onnx", "b.onnx"))
+    assert [n.op_type for n in a.node] == [n.op_type for n in b.node]
+    assert len(a.initializer) == len(b.initializer)
+
+
+def test_grouped_convolution_converts_without_a_function_call(tmp_path):
+    import onnx
+
+    # Keras runs a Conv2D with groups > 1 (ConvNeXt's depthwise ones)
+    # through a nested tf.function that TensorFlow does not inline.
+    keras.utils.set_random_seed(0)
+    inp = keras.Input((8, 8, 8))
+    x = keras.layers.Conv2D(8, 7, padding="same", groups=8)(inp)
+    model = keras.Model(inp, keras.layers.Conv2D(4, 3, groups=2)(x))
+    path = tmp_path / "g.onnx"
+    info = onnx_convert.to_onnx(model, path)
+    ops = {n.op_type for n in onnx.load(str(path)).graph.node}
+    assert "Conv" in ops and not any("Call" in op for op in ops)
+    assert not tf.config.functions_run_eagerly()  # Restored after tracing.
+    x = np.random.default_rng(0).standard_normal((2, 8, 8, 8), "float32")
+    (got,) = _session(path).run(None, {info.input_names[0]: x})
+    np.testing.assert_allclose(got, np.asarray(model(x)), rtol=1e-4, atol=1e-5)
 
 
 def _gelu_model(seed: int = 0) -> keras.Model:

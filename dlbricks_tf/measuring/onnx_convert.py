@@ -1,9 +1,11 @@
-"""Keras model -> ONNX file, through tf2onnx's `from_function`.
+"""Keras model -> ONNX file, through tf2onnx's `from_graph_def`.
 
 `tf2onnx.convert.from_keras` fails on Sequential models with TF 2.21 /
 Keras 3 (tf2onnx issue 2448), so the model is wrapped in a `tf.function`
-with an explicit input signature and converted from there; that works for
-Functional, Sequential and sliced models alike. Inputs are named
+with an explicit input signature, traced, frozen (variables made
+constants, as tf2onnx's `from_function` does) and converted from that
+graph; that works for Functional, Sequential and sliced models alike.
+Inputs are named
 `input_0`, `input_1`, ... in the order of `model.inputs` (no source layer
 name leaks into the file), the batch dimension stays dynamic unless a
 batch size is given, and the opset is at most 18, the highest tf2onnx
@@ -21,6 +23,25 @@ GELU rewriter is unreleased and needs opset 20). A custom op handler, the
 mechanism tf2onnx offers for this, writes it as `1 - Erf(x)` instead; in
 GELU, `0.5 * x * erfc(-x / sqrt(2))`, that differs from erfc by at most
 float32's rounding of 1 (about 6e-8), so the activation keeps its numerics.
+
+Nested functions. Keras runs a grouped convolution (a Conv2D with
+`groups > 1`, as ConvNeXt's depthwise ones) through a nested
+`tf.function(jit_compile=True)`. Traced, that is a
+`StatefulPartitionedCall` of a function marked never to be inlined: the
+freezing keeps it and tf2onnx passes it through as an op no ONNX opset
+defines. The model is traced with functions run eagerly, so the nested
+function's body runs as plain Python inside the trace and its ops land in
+the traced graph itself.
+
+Large kernels. tf2onnx's passes hold many copies of each constant at
+once: VGG16's first Dense kernel (25088x4096, 411 MB) did not convert
+within 24 GiB. A kernel of `LARGE_KERNEL_BYTES` or more that only a
+MatMul reads as its right operand, untransposed (a Dense kernel), is
+handed to tf2onnx as a graph input instead of a constant: ONNX's MatMul
+takes it in TensorFlow's layout, so tf2onnx writes the same MatMul either
+way. It becomes an initializer holding the kernel after conversion, as a
+tensor the traced call captured as an eager constant does, so the file
+runs on its own and ONNX Runtime treats the kernel as a constant.
 
 Boundary layout. tf2onnx writes a channels-last Keras convolution (or
 pooling) as Transpose(NHWC->NCHW), Conv, Transpose(NCHW->NHWC), then
@@ -45,6 +66,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import gc
 import io
 import logging
 import os
@@ -59,12 +81,20 @@ from dlbricks_tf.cutting import synthetic
 from dlbricks_tf.measuring.timing_loop import pack_inputs
 
 MAX_OPSET = 18
-# Weights a model may hold to be converted, at most. tf2onnx's passes hold
-# many copies of a large constant at once: VGG16's first Dense layer
-# (25088x4096, 411 MB of weights) took over 10 GB to convert and did not
-# finish within 24 GiB, with or without tf2onnx's large_model mode; its
-# 4096x4096 one (67 MB) converts. Refused before anything is converted.
-MAX_WEIGHT_BYTES = 256 * 2**20
+# Weights a model may hold to be converted, at most: an ONNX file is one
+# protobuf, which cannot exceed 2 GiB; the rest is left for its graph.
+# Refused before anything is traced.
+MAX_WEIGHT_BYTES = 1920 * 2**20
+# A MatMul kernel this large or larger is kept out of tf2onnx (see the
+# module docstring): VGG16's 25088x4096 and 4096x4096 Dense kernels are,
+# its 4096x1000 one (15.6 MiB) is not.
+LARGE_KERNEL_BYTES = 16 * 2**20
+# Constants tf2onnx may be handed, at most (the weights not kept out of it
+# as large kernels). Its passes hold many copies of each: VGG16's 411 MB
+# kernel took over 10 GB and did not finish within 24 GiB, with or without
+# tf2onnx's large_model mode; ConvNeXtTiny's 109 MB of constants bring the
+# process to about 7 GiB. Refused after freezing, before tf2onnx runs.
+MAX_CONSTANT_BYTES = 256 * 2**20
 # Boundary layouts of a converted file (see the module docstring).
 KERAS_LAYOUT = "keras"  # Every input and output as the Keras model's.
 CONV_NCHW = "conv_nchw"  # Channels-first where a convolution-like op is.
@@ -130,8 +160,9 @@ def to_onnx(
         The file's input and output names, and which are channels-first.
 
     Raises:
-        ConversionError: If tf2onnx cannot convert the model, or its
-            weights exceed `MAX_WEIGHT_BYTES`.
+        ConversionError: If tf2onnx cannot convert the model, its
+            weights exceed `MAX_WEIGHT_BYTES`, or the constants tf2onnx
+            would hold exceed `MAX_CONSTANT_BYTES`.
         ValueError: If `opset` is above `MAX_OPSET` or below 1, or
             `boundary` is not one of `BOUNDARIES`.
     """
@@ -144,18 +175,7 @@ def to_onnx(
         raise ValueError(
             f"boundary must be one of {BOUNDARIES}. Received: {boundary!r}"
         )
-    weight_bytes = sum(
-        int(np.prod(w.shape)) * np.dtype(w.dtype).itemsize
-        for w in model.weights
-    )
-    if weight_bytes > MAX_WEIGHT_BYTES:
-        raise ConversionError(
-            f"Model {model.name!r} holds {weight_bytes / 2**20:.0f} MiB of "
-            f"weights; tf2onnx needs many times that in memory to convert "
-            f"it (over 24 GiB for 411 MB), so models over "
-            f"{MAX_WEIGHT_BYTES // 2**20} MiB are not converted. Time it on "
-            "--backend=tf."
-        )
+    _check_weight_bytes(model)
     names = input_names(model)
     specs = [
         tf.TensorSpec((batch_size, *t.shape[1:]), t.dtype, name=name)
@@ -167,33 +187,21 @@ def to_onnx(
         outputs = model(pack_inputs(model, list(xs)), training=False)
         return tf.nest.flatten(outputs)
 
-    # Tensors the model captured as eager constants (not variables, e.g.
-    # a Normalization layer's mean) would become extra graph inputs: they
-    # are folded back into the file as initializers below.
-    concrete = call.get_concrete_function()
-    constants = {
-        inner.name: outer
-        for outer, inner in zip(
-            concrete.captured_inputs,
-            concrete.graph.internal_captures,
-            strict=True,
-        )
-        if outer.dtype != tf.resource
-    }
-    proto = _convert(call, specs, opset, model.name)
+    concrete = _trace(call)
+    graph = _frozen_graph(concrete, model.name)
+    proto = _convert(graph, opset, model.name)
     nchw_inputs: tuple[int, ...] = ()
     nchw_outputs: tuple[int, ...] = ()
     if boundary == CONV_NCHW:
         nchw_inputs, nchw_outputs = conv_edges(proto)
     if nchw_inputs or nchw_outputs:
-        graph = proto.graph
+        edges = proto.graph
         nchw = _convert(
-            call,
-            specs,
+            graph,
             opset,
             model.name,
-            inputs_as_nchw=[graph.input[i].name for i in nchw_inputs],
-            outputs_as_nchw=[graph.output[i].name for i in nchw_outputs],
+            inputs_as_nchw=[edges.input[i].name for i in nchw_inputs],
+            outputs_as_nchw=[edges.output[i].name for i in nchw_outputs],
         )
         # Kept only if it removes Transposes; a tensor whose consumers
         # want both layouts could move one from the edge to inside.
@@ -201,7 +209,7 @@ def to_onnx(
             proto = nchw
         else:
             nchw_inputs = nchw_outputs = ()
-    _fold_constants(proto, names, constants, model.name)
+    _fold_constants(proto, names, graph.constants, model.name)
     import onnx
 
     check_proto(proto, model.name)
@@ -221,12 +229,222 @@ def to_onnx(
     return info
 
 
-def _convert(call, specs, opset: int, model_name: str, **layout):
-    """tf2onnx's `from_function` of `call`, quiet; the ONNX proto.
+def _check_weight_bytes(model: keras.Model) -> None:
+    """Refuses a model whose weights cannot fit in one ONNX protobuf."""
+    weight_bytes = sum(
+        int(np.prod(w.shape)) * np.dtype(w.dtype).itemsize
+        for w in model.weights
+    )
+    if weight_bytes > MAX_WEIGHT_BYTES:
+        raise ConversionError(
+            f"Model {model.name!r} holds {weight_bytes / 2**20:.0f} MiB of "
+            f"weights; an ONNX file is one protobuf of at most 2 GiB, so "
+            f"models over {MAX_WEIGHT_BYTES // 2**20} MiB are not "
+            "converted. Time it on --backend=tf."
+        )
+
+
+def _trace(call):
+    """The concrete function of `call`, nested `tf.function`s inlined.
+
+    With functions run eagerly, a nested `tf.function` called during the
+    trace runs its Python body there (see "Nested functions" in the
+    module docstring); the outer trace itself is unaffected.
+    """
+    eager = tf.config.functions_run_eagerly()
+    tf.config.run_functions_eagerly(True)
+    try:
+        return call.get_concrete_function()
+    finally:
+        tf.config.run_functions_eagerly(eager)
+
+
+@dataclasses.dataclass(frozen=True)
+class _FrozenGraph:
+    """A traced call, frozen, as tf2onnx converts it.
+
+    Attributes:
+        name: The traced function's name.
+        graph_def: The frozen graph, large kernels as Placeholders.
+        inputs: Names of its input tensors: the call's own, then the
+            tensors it captured as eager constants, then large kernels.
+        outputs: Names of its output tensors.
+        renames: ONNX names of the call's own inputs, by tensor name.
+        constants: Values of the inputs that are not the call's own (the
+            captured constants and large kernels), by tensor name.
+        constant_bytes: Bytes of the constants left in `graph_def`.
+    """
+
+    name: str
+    graph_def: object
+    inputs: list[str]
+    outputs: list[str]
+    renames: dict[str, str]
+    constants: dict[str, np.ndarray]
+    constant_bytes: int
+
+
+def _frozen_graph(concrete, model_name: str) -> _FrozenGraph:
+    """Freezes a traced call's variables; its large kernels become inputs.
+
+    Raises:
+        ConversionError: If the constants left for tf2onnx exceed
+            `MAX_CONSTANT_BYTES`.
+    """
+    # Tensors the model captured as eager constants (not variables, e.g.
+    # a Normalization layer's mean) stay Placeholders when frozen.
+    constants = {
+        inner.name: outer.numpy()
+        for outer, inner in zip(
+            concrete.captured_inputs,
+            concrete.graph.internal_captures,
+            strict=True,
+        )
+        if outer.dtype != tf.resource
+    }
+    inputs = [t.name for t in concrete.inputs if t.dtype != tf.resource]
+    outputs = [t.name for t in concrete.outputs if t.dtype != tf.resource]
+    # The call's own inputs come first, named after its signature.
+    specs = tf.nest.flatten(concrete.structured_input_signature)
+    renames = {
+        t.name: spec.name
+        for t, spec in zip(concrete.inputs[: len(specs)], specs, strict=True)
+    }
+    graph_def = _freeze(concrete, model_name)
+    kernels = _large_kernels_as_placeholders(graph_def)
+    constant_bytes = sum(
+        len(node.attr["value"].tensor.tensor_content)
+        for node in graph_def.node
+        if node.op == "Const"
+    )
+    if constant_bytes > MAX_CONSTANT_BYTES:
+        raise ConversionError(
+            f"Model {model_name!r} would hand tf2onnx "
+            f"{constant_bytes / 2**20:.0f} MiB of constants besides its "
+            f"large MatMul kernels; tf2onnx needs many times that in memory "
+            f"(over 24 GiB for 411 MB), so over "
+            f"{MAX_CONSTANT_BYTES // 2**20} MiB is not converted. Time it "
+            "on --backend=tf."
+        )
+    return _FrozenGraph(
+        name=concrete.name,
+        graph_def=graph_def,
+        inputs=inputs + list(kernels),
+        outputs=outputs,
+        renames=renames,
+        constants={**constants, **kernels},
+        constant_bytes=constant_bytes,
+    )
+
+
+def _freeze(concrete, model_name: str):
+    """The graph of a traced call, its variables made constants.
+
+    As tf2onnx's `from_function` freezes, with its fixes, but without
+    first loading the frozen graph back into a function: that copies
+    every weight again, and took most of the time VGG16 took to freeze.
+
+    Raises:
+        ConversionError: If TensorFlow cannot freeze it.
+    """
+    from tf2onnx import tf_loader  # Lazy: slow to import, only needed here.
+
+    try:
+        graph_def = tf_loader.convert_variables_to_constants_large_model(
+            concrete
+        )
+    except Exception as e:  # TensorFlow raises many types.
+        raise ConversionError(
+            f"Cannot freeze model {model_name!r} for ONNX: {_first_line(e)}"
+        ) from e
+    graph_def = tf_loader.fix_freezing_errors(graph_def)
+    return tf_loader.fix_freezing_errors_part2(graph_def)
+
+
+def _large_kernels_as_placeholders(graph_def) -> dict[str, np.ndarray]:
+    """Replaces the large MatMul kernels of a frozen graph by Placeholders.
+
+    A kernel is a float Const of `LARGE_KERNEL_BYTES` or more whose value
+    (through Identity nodes, which stand for the variable reads) only
+    MatMul-like ops read, as their untransposed right operand.
+
+    Returns:
+        The kernels' values, by the name of the tensor now a Placeholder.
+    """
+    from tensorflow.core.framework import node_def_pb2
+    from tensorflow.python.framework import tensor_util
+
+    readers = _value_readers(graph_def)
+
+    def only_a_kernel(name: str) -> bool:
+        uses = readers.get(name, [])
+        return bool(uses) and all(
+            only_a_kernel(node.name)
+            if node.op == "Identity"
+            else _is_untransposed_kernel(node, index)
+            for node, index in uses
+        )
+
+    kernels = {}
+    for node in graph_def.node:
+        if node.op != "Const":
+            continue
+        tensor = node.attr["value"].tensor
+        if (
+            tensor.dtype not in _FLOAT_DTYPES
+            or len(tensor.tensor_content) < LARGE_KERNEL_BYTES
+            or not only_a_kernel(node.name)
+        ):
+            continue
+        kernels[f"{node.name}:0"] = tensor_util.MakeNdarray(tensor)
+        placeholder = node_def_pb2.NodeDef(name=node.name, op="Placeholder")
+        placeholder.attr["dtype"].type = tensor.dtype
+        placeholder.attr["shape"].shape.CopyFrom(tensor.tensor_shape)
+        node.CopyFrom(placeholder)
+    return kernels
+
+
+def _value_readers(graph_def) -> dict[str, list[tuple[object, int]]]:
+    """The (node, input index) pairs reading each node's value, by name."""
+    readers: dict[str, list[tuple[object, int]]] = {}
+    for node in graph_def.node:
+        for index, name in enumerate(node.input):
+            if not name.startswith("^"):  # Control edges read no value.
+                readers.setdefault(name.split(":")[0], []).append((node, index))
+    return readers
+
+
+_FLOAT_DTYPES = tuple(
+    dtype.as_datatype_enum for dtype in (tf.float16, tf.float32, tf.float64)
+)
+# MatMul-like ops, with their attributes that transpose the right operand.
+_MATMULS = {
+    "MatMul": ("transpose_b",),
+    "BatchMatMul": ("adj_y",),
+    "BatchMatMulV2": ("adj_y",),
+    "BatchMatMulV3": ("adj_y",),
+}
+
+
+def _is_untransposed_kernel(node, index: int) -> bool:
+    """Whether `node` is a MatMul reading input `index` as is, on the right.
+
+    ONNX's MatMul takes that operand in TensorFlow's layout, so tf2onnx
+    writes no Transpose of it and needs no constant value.
+    """
+    flags = _MATMULS.get(node.op)
+    return (
+        flags is not None
+        and index == 1
+        and not any(node.attr[flag].b for flag in flags if flag in node.attr)
+    )
+
+
+def _convert(graph: _FrozenGraph, opset: int, model_name: str, **layout):
+    """tf2onnx's `from_graph_def` of a frozen graph, quiet; the ONNX proto.
 
     Args:
-        call: The traced function.
-        specs: Its input signature.
+        graph: The frozen traced call.
         opset: The ONNX opset.
         model_name: The name to give in errors.
         **layout: `inputs_as_nchw` / `outputs_as_nchw`: names of the
@@ -234,15 +452,14 @@ def _convert(call, specs, opset: int, model_name: str, **layout):
     """
     import tf2onnx  # Lazy: slow to import, only needed here.
 
-    tf2onnx_logger = logging.getLogger("tf2onnx")
-    level = tf2onnx_logger.level
-    # An unsupported op is logged at ERROR, then named by the checks below.
-    tf2onnx_logger.setLevel(logging.CRITICAL)
     try:
-        with contextlib.redirect_stdout(io.StringIO()):
-            proto, _ = tf2onnx.convert.from_function(
-                call,
-                input_signature=specs,
+        with _quiet():
+            proto, _ = tf2onnx.convert.from_graph_def(
+                graph.graph_def,
+                name=graph.name,
+                input_names=list(graph.inputs),
+                output_names=list(graph.outputs),
+                tensors_to_rename=dict(graph.renames),
                 opset=opset,
                 custom_op_handlers={"Erfc": (_erfc_as_one_minus_erf, [])},
                 **layout,
@@ -253,8 +470,33 @@ def _convert(call, specs, opset: int, model_name: str, **layout):
             f"{type(e).__name__}: {e}"
         ) from e
     finally:
-        tf2onnx_logger.setLevel(level)
+        # tf2onnx's optimizer deep-copies its graph, constants included,
+        # before each pass; the copies are cycles, left for a full
+        # collection that may come long after. Collected now if they hold
+        # much (a collection takes about 0.2 s).
+        if graph.constant_bytes >= LARGE_KERNEL_BYTES:
+            gc.collect()
     return proto
+
+
+@contextlib.contextmanager
+def _quiet():
+    """Silences tf2onnx's output and TensorFlow's and tf2onnx's logs.
+
+    An unsupported op is logged at ERROR, then named by the checks of the
+    file; `from_graph_def` runs TensorFlow v1 freezing code that logs a
+    deprecation warning.
+    """
+    loggers = [logging.getLogger(name) for name in ("tf2onnx", "tensorflow")]
+    levels = [logger.level for logger in loggers]
+    for logger in loggers:
+        logger.setLevel(logging.CRITICAL)
+    try:
+        with contextlib.redirect_stdout(io.StringIO()):
+            yield
+    finally:
+        for logger, level in zip(loggers, levels, strict=True):
+            logger.setLevel(level)
 
 
 def conv_edges(proto) -> tuple[tuple[int, ...], tuple[int, ...]]:
@@ -451,11 +693,18 @@ def _first_line(e: BaseException) -> str:
 
 
 def _fold_constants(proto, names, constants, model_name: str) -> None:
-    """Turns graph inputs that are captured constants into initializers.
+    """Turns graph inputs that stand for constants into initializers.
+
+    Args:
+        proto: The converted `onnx.ModelProto`, changed in place.
+        names: The model's own input names, left inputs.
+        constants: Values of the other inputs (captured constants and
+            large kernels), by name.
+        model_name: The name to give in errors.
 
     Raises:
         ConversionError: If the file has an input that is neither a model
-            input nor a captured constant.
+            input nor a known constant.
     """
     from onnx import numpy_helper
 
@@ -469,6 +718,6 @@ def _fold_constants(proto, names, constants, model_name: str) -> None:
                 f"input {graph_input.name!r}; it cannot run on its own."
             )
         proto.graph.initializer.append(
-            numpy_helper.from_array(value.numpy(), graph_input.name)
+            numpy_helper.from_array(value, graph_input.name)
         )
         proto.graph.input.remove(graph_input)
