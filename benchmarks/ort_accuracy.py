@@ -122,9 +122,6 @@ def main(argv: list[str]) -> None:
     )
     from dlbricks_tf import errors
     from dlbricks_tf.machine.fingerprint import system_fingerprint
-    from dlbricks_tf.measuring import ort_session
-
-    ort_session.share_threads(settings)  # As the command line does.
     from dlbricks_tf.reporting.report import format_report
     from dlbricks_tf.storing.store import Store
 

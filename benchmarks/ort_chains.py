@@ -66,10 +66,10 @@ _SPINNING = flags.DEFINE_enum(
 )
 _SHARED = flags.DEFINE_bool(
     "shared_threads",
-    True,
+    False,
     "Every session of the process on one pair of thread pools "
-    "(`ort_session.share_threads`, as the command line does); off: each "
-    "on its own.",
+    "(`ort_session.share_threads`); off: each on its own, spinning "
+    "stopped when a run ends (as the command line does).",
 )
 _SEGMENTS = flags.DEFINE_bool(
     "model_segments",
@@ -293,6 +293,20 @@ def main(argv: list[str]) -> None:
         "fingerprint": fp.to_dict(),
         "models": rows,
         "chains": chain_rows,
+        # Per unique brick, in chain order: both attributions, so that
+        # two runs can be compared brick by brick.
+        "bricks": [
+            {
+                "signature": sig,
+                "segment": segment[sig],
+                "chain_ms": chained[sig],
+                "per_node_ms": per_node_ms[sig],
+                "counts": {
+                    n: m["counts"].get(sig, 0) for n, m in models.items()
+                },
+            }
+            for sig in order
+        ],
         "cost": cost,
     }
     (out / "ort_chains.json").write_text(json.dumps(report, indent=1))

@@ -78,13 +78,11 @@ def _jobs(sources, g, settings, fp, store, options, brick_options, out):
     import dataclasses
 
     from dlbricks_tf import errors
-    from dlbricks_tf.measuring import ort_session
     from dlbricks_tf.running import job
 
     rows: dict[str, dict[str, dict]] = {r: {} for r in RUNTIMES}
     skipped: dict[str, str] = {}
     ort = dataclasses.replace(settings, backend="onnxruntime", protocol=None)
-    ort_session.share_threads(ort)
     for backend, run in (("tf", settings), ("onnxruntime", ort)):
         if backend == "onnxruntime":
             state = store.reference_state(settings, fp)

@@ -100,10 +100,9 @@ def configure(
         batch_size: Batch dimension of the synthetic inputs.
         intra_op_threads: Threads one op may use (None: physical cores).
         inter_op_threads: Ops that may run at once.
-        backend: "tf" or "onnxruntime" (whose sessions take the threads;
-            with more than one intra-op thread every ORT session of the
-            process then runs on one shared pair of thread pools, see
-            `dlbricks_tf.measuring.ort_session.share_threads`).
+        backend: "tf" or "onnxruntime" (whose sessions take the threads,
+            each on pools of its own, see
+            `dlbricks_tf.measuring.ort_session.session_options`).
 
     Raises:
         ThreadPoolError: TensorFlow already runs with other pool sizes
@@ -119,12 +118,7 @@ def configure(
     )
     if backend == chosen.backend:
         return chosen
-    chosen = dataclasses.replace(chosen, backend=backend, protocol=None)
-    if backend == "onnxruntime":
-        from dlbricks_tf.measuring import ort_session
-
-        ort_session.share_threads(chosen)
-    return chosen
+    return dataclasses.replace(chosen, backend=backend, protocol=None)
 
 
 def run(

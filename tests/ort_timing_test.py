@@ -45,6 +45,22 @@ FAST = timing.TimingOptions(
 )
 
 
+def _run_python(script: str, env: dict | None = None):
+    """Runs `script` in a fresh Python process (the repository on its
+    path), asserts it ended well, and returns the finished process."""
+    done = subprocess.run(
+        [sys.executable, "-c", script],
+        env=env
+        or {**os.environ, "PYTHONPATH": REPO, "TF_CPP_MIN_LOG_LEVEL": "3"},
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    return done
+
+
 @pytest.fixture(scope="module")
 def chain_onnx(tmp_path_factory):
     """models.chain() converted to ONNX, with its id bounds beside it."""
@@ -78,6 +94,14 @@ def test_session_uses_the_requested_threads(chain_onnx):
         == ort.GraphOptimizationLevel.ORT_ENABLE_ALL
     )
     assert session.get_providers() == ["CPUExecutionProvider"]
+    # Pools of its own, whose threads stop spinning when a run ends.
+    assert options.use_per_session_threads
+    stop = ort_session.SPINNING_STOP
+    assert options.get_session_config_entry(stop) == "1"
+    assert options.get_session_config_entry(ort_session.DENORMAL_AS_ZERO) == "1"
+    one = ort_session.session_options(ort, 1, 1)
+    with pytest.raises(RuntimeError, match="does not have"):
+        one.get_session_config_entry(stop)  # No pool thread to stop.
 
 
 def test_session_config_entries_reach_every_session(chain_onnx):
@@ -362,15 +386,7 @@ def test_missing_onnxruntime_is_a_one_line_error(tmp_path):
         "PYTHONPATH": os.pathsep.join([str(fake), REPO]),
         "TF_CPP_MIN_LOG_LEVEL": "3",
     }
-    done = subprocess.run(
-        [sys.executable, "-c", script],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=300,
-        check=False,
-    )
-    assert done.returncode == 0, done.stderr[-2000:]
+    done = _run_python(script, env)
     lines = [x for x in done.stdout.splitlines() if x.startswith("ERROR=")]
     assert len(lines) == 1
     message = ast.literal_eval(lines[0][len("ERROR=") :])
@@ -391,15 +407,7 @@ def test_importing_the_ort_path_imports_no_tensorflow():
         print(sorted(m for m in ("tensorflow", "keras") if m in sys.modules))
         """
     )
-    done = subprocess.run(
-        [sys.executable, "-c", script],
-        env={**os.environ, "PYTHONPATH": REPO, "TF_CPP_MIN_LOG_LEVEL": "3"},
-        capture_output=True,
-        text=True,
-        timeout=300,
-        check=False,
-    )
-    assert done.returncode == 0, done.stderr[-2000:]
+    done = _run_python(script)
     assert done.stdout.strip() == "[]"
 
 
@@ -440,15 +448,7 @@ def test_sessions_share_one_pool_from_two_threads_on(chain_onnx):
             print("refused", "another process" in str(e))
         """
     )
-    done = subprocess.run(
-        [sys.executable, "-c", script],
-        env={**os.environ, "PYTHONPATH": REPO, "TF_CPP_MIN_LOG_LEVEL": "3"},
-        capture_output=True,
-        text=True,
-        timeout=300,
-        check=False,
-    )
-    assert done.returncode == 0, done.stderr[-2000:]
+    done = _run_python(script)
     assert done.stdout.split() == [
         "one",
         "False",
@@ -463,6 +463,50 @@ def test_sessions_share_one_pool_from_two_threads_on(chain_onnx):
         "refused",
         "True",
     ]
+
+
+def test_sessions_flush_denormals_to_zero(tmp_path):
+    # 1e-20 x 1e-20 is a float32 denormal (under 1.2e-38); flushed, 0.
+    # In a process of its own: ONNX Runtime sets the calling thread's
+    # flags from the first session a process opens.
+    import onnx
+    from onnx import TensorProto, helper
+
+    graph = helper.make_graph(
+        [helper.make_node("Mul", ["x", "y"], ["z"])],
+        "denormal",
+        [
+            helper.make_tensor_value_info("x", TensorProto.FLOAT, [4]),
+            helper.make_tensor_value_info("y", TensorProto.FLOAT, [4]),
+        ],
+        [helper.make_tensor_value_info("z", TensorProto.FLOAT, [4])],
+    )
+    path = tmp_path / "mul.onnx"
+    onnx.save(
+        helper.make_model(
+            graph, opset_imports=[helper.make_opsetid("", 13)], ir_version=8
+        ),
+        str(path),
+    )
+    script = textwrap.dedent(
+        f"""
+        import numpy as np
+        from dlbricks_tf.machine import settings as settings_lib
+        from dlbricks_tf.measuring import ort_session
+
+        x = np.full(4, 1e-20, np.float32)
+        print(float((x * x).max()) > 0)  # Kept before any session.
+        one = settings_lib.RunSettings(1, 1, 1, backend="onnxruntime")
+        session = ort_session.session_for({str(path)!r}, one)
+        entry = session.get_session_options().get_session_config_entry(
+            ort_session.DENORMAL_AS_ZERO
+        )
+        (z,) = session.run(None, {{"x": x, "y": x}})
+        print(entry, float(np.abs(z).max()))
+        """
+    )
+    done = _run_python(script)
+    assert done.stdout.split() == ["True", "1", "0.0"]
 
 
 if __name__ == "__main__":

@@ -91,9 +91,6 @@ def start_backend():
         return settings
 
     ort_session.require_onnxruntime()
-    settings = dataclasses.replace(
+    return dataclasses.replace(
         settings, backend=backend, protocol=timing_flags.PROTOCOL.value
     )
-    # Many sessions are timed in turn: one pair of pools for all of them.
-    ort_session.share_threads(settings)
-    return settings

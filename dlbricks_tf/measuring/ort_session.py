@@ -72,14 +72,16 @@ _SHARED: tuple[int, int] | None = None
 def share_threads(settings: settings_lib.RunSettings) -> bool:
     """Makes every later session of this process run on one pair of pools.
 
-    By default each ORT session owns its thread pools, whose threads spin
-    for a while after each `Run`. A process that times many sessions in
-    turn (chains, whole models, their calibrations) then has the idle
-    threads of one spinning while the next one runs, on the same cores:
-    on 2 vCPUs at 2 intra-op threads, ResNet50 read 72.6 ms whole (36 ms
-    on shared pools) and its bricks' sum 1.48x that. One pool of
-    `settings`' sizes for every session is what a user's process with
-    one session has, spinning included.
+    Not what the package's timings use (see `session_options`); kept to
+    compare (`python -m benchmarks.ort_chains --shared_threads`). Each
+    ORT session owns its thread pools, whose threads spin for a while
+    after each `Run` unless told to stop. A process that times many
+    sessions in turn (chains, whole models, their calibrations) then has
+    the idle threads of one spinning while the next one runs, on the
+    same cores: on 2 vCPUs at 2 intra-op threads, ResNet50 read 72.6 ms
+    whole (36 ms on shared pools) and its bricks' sum 1.48x that. One
+    pool of `settings`' sizes for every session avoids that, but its
+    threads take no denormal flag from Python.
 
     At one intra-op thread a session has no pool thread to share, and
     nothing is done. Once made, the pools stay for the life of the
@@ -111,16 +113,51 @@ def share_threads(settings: settings_lib.RunSettings) -> bool:
     return True
 
 
+# ONNX Runtime's key for flush-to-zero and denormals-are-zero.
+DENORMAL_AS_ZERO = "session.set_denormal_as_zero"
+# Its key for a session's pool threads to stop spinning when a Run ends.
+SPINNING_STOP = "session.force_spinning_stop"
+
+
 def session_options(ort: Any, intra: int, inter: int) -> Any:
     """`SessionOptions` with these thread counts, on the shared pools if
-    `share_threads` made them (whose sizes then stand)."""
+    `share_threads` made them (whose sizes then stand), denormals as zero.
+
+    Models built with `weights=None` carry random weights, and their
+    activations shrink layer after layer (EfficientNetB0's peak 0.7
+    after its stem, 7e-5 at its top); its bricks at G=3, chained, ended
+    at 1e-19 to 1e-38, in float32's denormals (under 1.2e-38), which x86
+    computes tens of times slower: the chain ran 333 ms against 13 ms
+    with them flushed, and the model 13 ms. TensorFlow runs its
+    kernels with denormals flushed to zero; ONNX Runtime flushes them
+    only when asked (`DENORMAL_AS_ZERO`), on the threads of a session's
+    own pools and, from the first session a process opens, on the thread
+    that calls `Run` (numpy's arithmetic on that thread then flushes
+    too). So every session asks, and both runtimes time the same
+    arithmetic.
+
+    Pools. Each session has its own, and from two intra-op threads on
+    its threads stop spinning when a `Run` ends (`SPINNING_STOP`): a
+    process that times many sessions in turn would otherwise have the
+    idle threads of one spin while the next runs, on the same cores. The
+    shared pools of `share_threads` avoid that too, but take no
+    denormal flag from Python: their worker computed denormals as they
+    came (EfficientNetB0's bricks at G=3 read 3.0x the model at two
+    threads on them, 0.86x on pools of their own that stop spinning,
+    whose whole models ran as fast as on the shared pools: 8.3 against
+    8.4 ms, `python -m benchmarks.ort_chains --models=EfficientNetB0,
+    MobileNetV2 --granularity=3 --fuse --intra_op_threads=2`).
+    """
     options = ort.SessionOptions()
+    options.add_session_config_entry(DENORMAL_AS_ZERO, "1")
     if _SHARED is not None:
         # The pools' sizes stand (ORT warns of counts set here).
         options.use_per_session_threads = False
-    else:
-        options.intra_op_num_threads = intra
-        options.inter_op_num_threads = inter
+        return options
+    options.intra_op_num_threads = intra
+    options.inter_op_num_threads = inter
+    if intra > 1:
+        options.add_session_config_entry(SPINNING_STOP, "1")
     return options
 
 
