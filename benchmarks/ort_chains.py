@@ -77,6 +77,15 @@ _SEGMENTS = flags.DEFINE_bool(
     "A brick in a chain reads only outputs of bricks of its own model (the "
     "first that has it); off: of any brick before it.",
 )
+_OP_TYPES = flags.DEFINE_bool(
+    "op_types",
+    False,
+    "Also print, per model and op type, the kernel time ORT's profiler "
+    "gives its whole model (20 profiled runs) and its bricks in the chains "
+    "(times their counts), and the chains' edges: what the model pays that "
+    "its bricks do not, and the reverse (the profiler's times, for "
+    "attribution only).",
+)
 _PER_BRICK = flags.DEFINE_bool(
     "per_brick",
     True,
@@ -309,9 +318,75 @@ def main(argv: list[str]) -> None:
         ],
         "cost": cost,
     }
+    if _OP_TYPES.value:
+        report["op_types"] = _op_types(
+            models, wholes, chains, groups, settings, config
+        )
     (out / "ort_chains.json").write_text(json.dumps(report, indent=1))
     _print(rows, chain_rows, cost)
+    if _OP_TYPES.value:
+        _print_op_types(report["op_types"])
     print(f"\nRows: {out / 'ort_chains.json'}")
+
+
+def _op_types(models, wholes, chains, groups, settings, config):
+    """Per model: {op: [whole model us, bricks x counts us]}; and the
+    chains' edges, {op: us}, over all chains. Kernel times per run."""
+    import tempfile
+
+    from dlbricks_tf.measuring import ort_chain, ort_session
+
+    edges: dict[str, float] = collections.Counter()
+    bricks = {name: collections.Counter() for name in models}
+    for chain, group in zip(chains, groups, strict=True):
+        for (b, op), us in chain.profile.op_times().items():
+            if b is None or b >= len(group):
+                edges[op] += us
+                continue
+            for name, m in models.items():
+                bricks[name][op] += us * m["counts"].get(group[b], 0)
+    out = {}
+    for name, m in models.items():
+        timer, _ = wholes[name]
+        with tempfile.TemporaryDirectory(prefix="ort-ops-") as folder:
+            session = ort_session.session_for(
+                m["whole"],
+                settings,
+                profile_prefix=os.path.join(folder, "profile"),
+                config=config,
+            )
+            names = [i.name for i in session.get_inputs()]
+            feed = dict(zip(names, timer.inputs[0], strict=True))
+            for _ in range(ort_chain.WARMUP_RUNS + 20):
+                session.run(None, feed)
+            with open(session.end_profiling(), encoding="utf-8") as f:
+                events = json.load(f)
+        whole = ort_chain.op_kernel_times(events, ort_chain.WARMUP_RUNS)
+        ops = {op for _, op in whole} | set(bricks[name])
+        out[name] = {
+            op: [whole.get((None, op), 0.0), bricks[name][op]] for op in ops
+        }
+    return {"models": out, "edges": dict(edges)}
+
+
+def _print_op_types(found) -> None:
+    for name, ops in found["models"].items():
+        model = sum(v[0] for v in ops.values())
+        summed = sum(v[1] for v in ops.values())
+        print(
+            f"\n{name}: kernels per model call, whole model {model:.0f} us, "
+            f"bricks x counts {summed:.0f} us"
+        )
+        print("| op | whole model us | bricks x counts us |")
+        print("|---|---:|---:|")
+        for op, (m, b) in sorted(ops.items(), key=lambda kv: -max(kv[1])):
+            if m or b:  # Ops of other models' bricks only: none here.
+                print(f"| {op} | {m:.0f} | {b:.0f} |")
+    edges = found["edges"]
+    print(
+        "\nThe chains' edges (no brick's, left out), per op: "
+        + ", ".join(f"{op} {us:.0f} us" for op, us in sorted(edges.items()))
+    )
 
 
 def _geomean(values):

@@ -53,6 +53,31 @@ def test_captured_constants_are_folded_not_inputs(tmp_path):
     np.testing.assert_allclose(got, np.asarray(model(x)), rtol=1e-5, atol=1e-6)
 
 
+@pytest.mark.parametrize("last", [False, True])
+def test_a_zero_shift_is_dropped_from_the_file(tmp_path, last):
+    # A BatchNormalization with fresh weights shifts by beta - mean x
+    # scale = 0: the file keeps its scale, not an Add of zeros, whether
+    # the sum is read by a ReLU or is the file's output.
+    import onnx
+
+    inp = keras.Input((4, 4, 3))
+    x = keras.layers.BatchNormalization()(inp)
+    model = keras.Model(inp, x if last else keras.layers.ReLU()(x))
+    info = onnx_convert.to_onnx(model, tmp_path / "bn.onnx")
+    proto = onnx.load(str(tmp_path / "bn.onnx"))
+    assert onnx_convert.count_ops(proto, "Add") == 0
+    assert onnx_convert.count_ops(proto, "Mul") == 1
+    assert [o.name for o in proto.graph.output] == list(info.output_names)
+    x = np.random.default_rng(1).standard_normal((2, 4, 4, 3), "float32")
+    (got,) = _session(tmp_path / "bn.onnx").run(None, {info.input_names[0]: x})
+    np.testing.assert_allclose(got, np.asarray(model(x)), rtol=1e-5, atol=1e-6)
+    # A shift that is not zero stays.
+    model.layers[1].beta.assign([0.5, 0.0, -1.0])
+    onnx_convert.to_onnx(model, tmp_path / "shifted.onnx")
+    shifted = onnx.load(str(tmp_path / "shifted.onnx"))
+    assert onnx_convert.count_ops(shifted, "Add") == 1
+
+
 def test_opset_above_max_is_refused(tmp_path):
     with pytest.raises(ValueError, match="opset"):
         onnx_convert.to_onnx(models.chain()[0], tmp_path / "m.onnx", opset=19)

@@ -58,8 +58,38 @@ def bricks(tmp_path_factory):
     return list(files.values())
 
 
-def _event(name, ts, dur=1, cat="Node"):
-    return {"cat": cat, "name": name, "ts": ts, "dur": dur}
+def _event(name, ts, dur=1, cat="Node", op=None):
+    event = {"cat": cat, "name": name, "ts": ts, "dur": dur}
+    if op is not None:
+        event["args"] = {"op_name": op}
+    return event
+
+
+def test_op_kernel_times_sum_each_op_per_run_and_brick():
+    events = [
+        _event("model_run", 0, 100, cat="Session"),
+        _event("brick0/a_kernel_time", 1, 50, op="Conv"),  # Warm-up.
+        _event("model_run", 200, 100, cat="Session"),
+        _event("brick0/a_kernel_time", 201, 10, op="Conv"),
+        _event("brick1/b_kernel_time", 212, 20, op="Conv"),
+        _event("ReorderOutput_token_3_kernel_time", 240, 4, op="Reorder"),
+        _event("model_run", 400, 100, cat="Session"),
+        _event("brick0/a_kernel_time", 401, 12, op="Conv"),
+        _event("brick1/b_kernel_time", 414, 22, op="Conv"),
+        _event("ReorderOutput_token_3_kernel_time", 446, 2, op="Reorder"),
+    ]
+    by_brick = ort_chain.op_kernel_times(
+        events, skip_runs=1, owner=ort_chain_graph.brick_of
+    )
+    assert by_brick == {
+        (0, "Conv"): 11.0,
+        (1, "Conv"): 21.0,
+        (None, "Reorder"): 3.0,
+    }
+    whole = ort_chain.op_kernel_times(events, skip_runs=1)
+    assert whole == {(None, "Conv"): 32.0, (None, "Reorder"): 3.0}
+    with pytest.raises(sampling.MeasurementError, match="warm-up"):
+        ort_chain.op_kernel_times(events, skip_runs=3)
 
 
 def test_kernel_times_count_runs_after_the_warm_up():

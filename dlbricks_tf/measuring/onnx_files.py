@@ -71,7 +71,8 @@ def onnx_file(
         folder: Where the files are kept.
         stem: The file name without suffix (and without the layout).
         batch_size: The batch size timed.
-        reuse: Use a file already converted (False: convert again).
+        reuse: Use a file already converted in the current format
+            (`ort_timing.FILE_FORMAT`; False: convert again).
         boundary: The layout of the file's inputs and outputs, one of
             `onnx_convert.BOUNDARIES` (`MODEL_BOUNDARY`: as the Keras
             model's; `BRICK_BOUNDARY`: channels-first next to a
@@ -88,7 +89,8 @@ def onnx_file(
         for _, name in names:
             path = folder / f"{name}.onnx"
             bounds = ort_timing.load_id_bounds(path)
-            if bounds is not None and path.is_file():
+            current = ort_timing.is_current(path)
+            if bounds is not None and path.is_file() and current:
                 return OnnxFile(str(path), tuple(bounds))
     failure: BaseException | None = None
     for batch, name in names:

@@ -122,25 +122,11 @@ def kernel_times(
     Raises:
         MeasurementError: If no run is left to count.
     """
-    runs = sorted(e["ts"] for e in events if e.get("name") == "model_run")
-    if len(runs) <= skip_runs:
-        raise MeasurementError(
-            f"The profile holds {len(runs)} runs, none after the "
-            f"{skip_runs} of warm-up."
-        )
-    start = runs[skip_runs]
-    counted = len(runs) - skip_runs
+    counted, kernels = _kernel_events(events, skip_runs)
     us = [0.0] * (bricks + 1)  # The last entry: the edges.
     nodes = [0] * (bricks + 1)
-    for event in events:
-        name = event.get("name", "")
-        if (
-            event.get("cat") != "Node"
-            or not name.endswith("_kernel_time")
-            or event["ts"] < start
-        ):
-            continue
-        brick = owner(name.removesuffix("_kernel_time"))
+    for node, event in kernels:
+        brick = owner(node)
         if brick is None or brick >= bricks:
             brick = bricks
         us[brick] += event["dur"]
@@ -152,6 +138,53 @@ def kernel_times(
         edge_nodes=nodes[-1] // counted,
         runs=counted,
     )
+
+
+def op_kernel_times(
+    events: Sequence[Mapping],
+    skip_runs: int = 0,
+    owner: Callable[[str], int | None] | None = None,
+) -> dict[tuple[int | None, str], float]:
+    """Kernel microseconds per run by (brick, op type), from a profile.
+
+    What a model's nodes take per op type, to set beside what its bricks'
+    take (`python -m benchmarks.ort_chains --op_types`). `owner` maps a
+    node to its brick (`Owners`); None: every node to brick None.
+
+    Raises:
+        MeasurementError: If no run is left to count.
+    """
+    counted, kernels = _kernel_events(events, skip_runs)
+    out: dict[tuple[int | None, str], float] = {}
+    for node, event in kernels:
+        key = (owner(node) if owner else None, event["args"].get("op_name"))
+        out[key] = out.get(key, 0.0) + event["dur"] / counted
+    return out
+
+
+def _kernel_events(
+    events: Sequence[Mapping], skip_runs: int
+) -> tuple[int, list[tuple[str, Mapping]]]:
+    """(runs counted, [(node name, event)] of the kernels of those runs).
+
+    Raises:
+        MeasurementError: If no run is left to count.
+    """
+    runs = sorted(e["ts"] for e in events if e.get("name") == "model_run")
+    if len(runs) <= skip_runs:
+        raise MeasurementError(
+            f"The profile holds {len(runs)} runs, none after the "
+            f"{skip_runs} of warm-up."
+        )
+    start = runs[skip_runs]
+    kernels = [
+        (event["name"].removesuffix("_kernel_time"), event)
+        for event in events
+        if event.get("cat") == "Node"
+        and event.get("name", "").endswith("_kernel_time")
+        and event["ts"] >= start
+    ]
+    return len(runs) - skip_runs, kernels
 
 
 def attribute(total_ms: float, times: KernelTimes) -> Attribution:
@@ -330,6 +363,12 @@ class ChainProfile:
         if not self._samples:
             raise MeasurementError("No profiled runs of the chain yet.")
         return stats.summarize(self._samples, noisy=False)
+
+    def op_times(self) -> dict[tuple[int | None, str], float]:
+        """`op_kernel_times` of the profiled runs (read by
+        `kernel_times`, which ends profiling)."""
+        self.kernel_times()
+        return op_kernel_times(self._events, WARMUP_RUNS, owner=self.owners)
 
     def kernel_times(self) -> KernelTimes:
         """What the profiled runs' nodes took; ends profiling."""

@@ -330,6 +330,7 @@ def convert_for_ort(
         model, path, batch_size=batch_size, boundary=boundary
     )
     sidecar = {
+        "format": FILE_FORMAT,
         "id_bounds": bounds,
         "boundary": boundary,
         "nchw_inputs": list(info.nchw_inputs),
@@ -337,6 +338,20 @@ def convert_for_ort(
     }
     path.with_suffix(".json").write_text(json.dumps(sidecar))
     return path, bounds
+
+
+# What `convert_for_ort` writes, recorded in the `.json` beside each file:
+# 2, with zero terms dropped (`onnx_convert.drop_zero_terms`). A file of
+# another format is converted again rather than reused.
+FILE_FORMAT = 2
+
+
+def is_current(path: str | os.PathLike) -> bool:
+    """Whether the file beside this `.json` is of `FILE_FORMAT`."""
+    sidecar = Path(path).with_suffix(".json")
+    if not sidecar.is_file():
+        return False
+    return json.loads(sidecar.read_text()).get("format") == FILE_FORMAT
 
 
 def load_id_bounds(path: str | os.PathLike) -> list[int | None] | None:
