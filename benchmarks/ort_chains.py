@@ -319,9 +319,7 @@ def main(argv: list[str]) -> None:
         "cost": cost,
     }
     if _OP_TYPES.value:
-        report["op_types"] = _op_types(
-            models, wholes, chains, groups, settings, config
-        )
+        report["op_types"] = _op_types(models, chains, groups, settings, config)
     (out / "ort_chains.json").write_text(json.dumps(report, indent=1))
     _print(rows, chain_rows, cost)
     if _OP_TYPES.value:
@@ -329,12 +327,10 @@ def main(argv: list[str]) -> None:
     print(f"\nRows: {out / 'ort_chains.json'}")
 
 
-def _op_types(models, wholes, chains, groups, settings, config):
+def _op_types(models, chains, groups, settings, config):
     """Per model: {op: [whole model us, bricks x counts us]}; and the
     chains' edges, {op: us}, over all chains. Kernel times per run."""
-    import tempfile
-
-    from dlbricks_tf.measuring import ort_chain, ort_session
+    from dlbricks_tf.measuring import ort_chain
 
     edges: dict[str, float] = collections.Counter()
     bricks = {name: collections.Counter() for name in models}
@@ -347,25 +343,9 @@ def _op_types(models, wholes, chains, groups, settings, config):
                 bricks[name][op] += us * m["counts"].get(group[b], 0)
     out = {}
     for name, m in models.items():
-        timer, _ = wholes[name]
-        with tempfile.TemporaryDirectory(prefix="ort-ops-") as folder:
-            session = ort_session.session_for(
-                m["whole"],
-                settings,
-                profile_prefix=os.path.join(folder, "profile"),
-                config=config,
-            )
-            names = [i.name for i in session.get_inputs()]
-            feed = dict(zip(names, timer.inputs[0], strict=True))
-            for _ in range(ort_chain.WARMUP_RUNS + 20):
-                session.run(None, feed)
-            with open(session.end_profiling(), encoding="utf-8") as f:
-                events = json.load(f)
-        whole = ort_chain.op_kernel_times(events, ort_chain.WARMUP_RUNS)
-        ops = {op for _, op in whole} | set(bricks[name])
-        out[name] = {
-            op: [whole.get((None, op), 0.0), bricks[name][op]] for op in ops
-        }
+        whole = ort_chain.profile_op_times(m["whole"], settings, 20, config)
+        ops = set(whole) | set(bricks[name])
+        out[name] = {op: [whole.get(op, 0.0), bricks[name][op]] for op in ops}
     return {"models": out, "edges": dict(edges)}
 
 

@@ -82,45 +82,9 @@ def _op_counts(path: str, settings) -> collections.Counter:
 
 def _profile_us(path: str, settings, runs: int) -> collections.Counter:
     """Microseconds per run by op type, from ORT's profiler."""
-    from dlbricks_tf.measuring import ort_timing
+    from dlbricks_tf.measuring import ort_chain
 
-    with tempfile.TemporaryDirectory() as tmp:
-        timer = ort_timing.OrtTimer(
-            path, settings, profile_prefix=os.path.join(tmp, "p")
-        )
-        session = timer.sessions[0]
-        feed = dict(
-            zip(
-                [i.name for i in session.get_inputs()],
-                timer.inputs[0],
-                strict=True,
-            )
-        )
-        for _ in range(3):  # Warm-up, profiled too: subtracted below.
-            session.run(None, feed)
-        warm = _kernel_us(session.end_profiling())
-        timer = ort_timing.OrtTimer(
-            path, settings, profile_prefix=os.path.join(tmp, "q")
-        )
-        session = timer.sessions[0]
-        for _ in range(3 + runs):
-            session.run(None, feed)
-        total = _kernel_us(session.end_profiling())
-    total.subtract(warm)
-    return collections.Counter({k: v / runs for k, v in total.items()})
-
-
-def _kernel_us(trace: str) -> collections.Counter:
-    with open(trace, encoding="utf-8") as f:
-        events = json.load(f)
-    os.remove(trace)
-    us: collections.Counter = collections.Counter()
-    for event in events:
-        if event.get("cat") == "Node" and event["name"].endswith(
-            "_kernel_time"
-        ):
-            us[event["args"]["op_name"]] += event["dur"]
-    return us
+    return collections.Counter(ort_chain.profile_op_times(path, settings, runs))
 
 
 def _model_row(name, granularity, settings, folder: Path):

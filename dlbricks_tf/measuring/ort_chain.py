@@ -162,6 +162,34 @@ def op_kernel_times(
     return out
 
 
+def profile_op_times(
+    path: str | os.PathLike,
+    settings: settings_lib.RunSettings,
+    runs: int = 20,
+    config: Mapping[str, str] | None = None,
+) -> dict[str, float]:
+    """Kernel microseconds per run by op type of one file, from `runs`
+    profiled runs after `WARMUP_RUNS` (ORT's profiler: for attribution
+    only). A whole model's, to set beside its bricks' (`op_kernel_times`
+    of a chain's profile)."""
+    with tempfile.TemporaryDirectory(prefix="ort-ops-") as folder:
+        timer = ort_timing.OrtTimer(
+            path,
+            settings,
+            profile_prefix=os.path.join(folder, "profile"),
+            session_config=config,
+        )
+        session = timer.sessions[0]
+        names = [i.name for i in session.get_inputs()]
+        feed = dict(zip(names, timer.inputs[0], strict=True))
+        for _ in range(WARMUP_RUNS + runs):
+            session.run(None, feed)
+        with open(session.end_profiling(), encoding="utf-8") as f:
+            events = json.load(f)
+    found = op_kernel_times(events, WARMUP_RUNS)
+    return {op: us for (_, op), us in found.items()}
+
+
 def _kernel_events(
     events: Sequence[Mapping], skip_runs: int
 ) -> tuple[int, list[tuple[str, Mapping]]]:
