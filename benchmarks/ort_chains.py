@@ -340,7 +340,8 @@ def _op_types(models, chains, groups, settings, config):
                 edges[op] += us
                 continue
             for name, m in models.items():
-                bricks[name][op] += us * m["counts"].get(group[b], 0)
+                if group[b] in m["counts"]:
+                    bricks[name][op] += us * m["counts"][group[b]]
     out = {}
     for name, m in models.items():
         whole = ort_chain.profile_op_times(m["whole"], settings, 20, config)
@@ -360,8 +361,7 @@ def _print_op_types(found) -> None:
         print("| op | whole model us | bricks x counts us |")
         print("|---|---:|---:|")
         for op, (m, b) in sorted(ops.items(), key=lambda kv: -max(kv[1])):
-            if m or b:  # Ops of other models' bricks only: none here.
-                print(f"| {op} | {m:.0f} | {b:.0f} |")
+            print(f"| {op} | {m:.0f} | {b:.0f} |")
     edges = found["edges"]
     print(
         "\nThe chains' edges (no brick's, left out), per op: "

@@ -721,10 +721,18 @@ def drop_zero_terms(proto) -> int:
     from onnx import numpy_helper
 
     graph = proto.graph
+    # Only the operands of additions are read: a model's other weights
+    # (VGG16's 528 MiB) need not be.
+    terms = {
+        name
+        for node in graph.node
+        if node.op_type in ("Add", "Sub")
+        for name in node.input[:2]
+    }
     zeros = {
         i.name: tuple(i.dims)
         for i in graph.initializer
-        if not np.any(numpy_helper.to_array(i))
+        if i.name in terms and not np.any(numpy_helper.to_array(i))
     }
     if not zeros:
         return 0
