@@ -18,6 +18,13 @@ timings of the same bricks (those of at least 20 us), of the same models'
 estimates (each summed from one process's bricks) and of the same whole
 models (`measure` against `run`), minutes apart.
 
+With --bench_models, each pass also runs `bench --models` (the same
+bricks cut from the models, in a process of its own, on the same scale),
+and the table splits the suite's difference from `run` in two: the
+suite's sums over `bench --models`' (the same command on bricks from the
+suite's files or cut in memory), and, from the second pass on, the
+suite's sums over the first pass's (the same command in two processes).
+
 Usage:
     python -m benchmarks.suite_flow --models=MobileNetV2,ResNet50,\
 EfficientNetB0,DenseNet121 --runs=2 --out=dlbricks_out/suite_flow
@@ -43,6 +50,12 @@ from dlbricks_tf.cli import (
 )
 
 _RUNS = flags.DEFINE_integer("runs", 2, "Times the whole flow is run.")
+_BENCH_MODELS = flags.DEFINE_bool(
+    "bench_models",
+    False,
+    "Also time the bricks with `bench --models` in each pass: the suite's "
+    "sums against bricks cut in memory, and against the first pass's.",
+)
 _MEASURE_AFTER = flags.DEFINE_float(
     "measure_after_s", 60.0, "Seconds between `bench --suite` and `measure`."
 )
@@ -120,6 +133,20 @@ def _estimates(db: Path, recipes: list[Path]) -> list[dict]:
         )
 
 
+def _sums(db: Path, recipes: list[Path]) -> dict[str, float]:
+    """{model: the sum of its bricks' latencies in `db`} of the recipes
+    whose bricks `db` holds (what two stores' estimates differ by)."""
+    from dlbricks_tf.portable import recipe as recipe_lib
+
+    timings = _timings(db, "brick")
+    sums = {}
+    for path in recipes:
+        plan = recipe_lib.load(path)
+        if all(k in timings for k in plan.signatures):
+            sums[plan.name] = math.fsum(timings[k] for k in plan.signatures)
+    return sums
+
+
 def _share_reference_state(source: Path, target: Path) -> None:
     """Puts `source`'s reference state into `target`: `run` then scales
     to the state `bench --suite` calibrated, one scale for both stores."""
@@ -166,6 +193,19 @@ def _flow(run: int, out: Path, recipes: list[Path]) -> dict:
         threads,
         reference,
     )
+    bench_db = out / f"bench{run}.sqlite"
+    if _BENCH_MODELS.value:
+        bench_db.unlink(missing_ok=True)
+        if timing_flags.REFERENCE.value:
+            _share_reference_state(suite_db, bench_db)
+        neighbour_flags.run_dlbricks(
+            "bench",
+            f"--models={models}",
+            f"--granularity={g}",
+            f"--db={bench_db}",
+            threads,
+            reference,
+        )
     flow = _estimates(suite_db, recipes)
     with open(out / f"run{run}" / "report.json") as f:
         runs = json.load(f)["runs"]
@@ -176,7 +216,12 @@ def _flow(run: int, out: Path, recipes: list[Path]) -> dict:
         {r["model"]: r["estimated_ms"] for r in flow},
         {r["model"]: r["estimated_ms"] for r in runs},
     )
+    extra = {}
+    if _BENCH_MODELS.value:
+        extra["suite_sums"] = _sums(suite_db, recipes)
+        extra["bench_sums"] = _sums(bench_db, recipes)
     return {
+        **extra,
         "run": run,
         "suite_flow": {r["model"]: r["normalized"] for r in flow},
         "run_command": {r["model"]: r["normalized"] for r in runs},
@@ -219,6 +264,25 @@ def _table(results: list[dict]) -> str:
             f"| {100 * r.get('estimate_median_rel_diff', math.nan):.1f}% "
             f"| {100 * r['model_median_rel_diff']:.1f}% |"
         )
+    if any("bench_sums" in r for r in results):
+        lines += [
+            "",
+            "| run | model | suite / `bench --models` | suite / first pass |",
+            "|---:|---|---:|---:|",
+        ]
+        first = results[0].get("suite_sums", {})
+        for r in results:
+            suite_sums, bench_sums = r["suite_sums"], r["bench_sums"]
+            for model in sorted(suite_sums):
+                ratio = suite_sums[model] / bench_sums.get(model, math.nan)
+                again = (
+                    f"{suite_sums[model] / first[model]:.3f}"
+                    if r is not results[0] and model in first
+                    else "-"
+                )
+                lines.append(
+                    f"| {r['run']} | {model} | {ratio:.3f} | {again} |"
+                )
     return "\n".join(lines)
 
 
