@@ -234,5 +234,28 @@ def test_missing_variables_folder(copy):
     assert "variables is missing" in message and b["signature"] in message
 
 
+def _feedable(a, b) -> bool:
+    outs = {(tuple(y.shape[1:]), y.dtype) for y in a.outputs}
+    return any(
+        (tuple(x.shape[1:]), x.dtype) in outs
+        for x in b.inputs
+        if x.dtype.startswith("float")
+    )
+
+
+def test_chains_take_a_suite_in_an_order_that_feeds(exported):
+    loaded = suite_dir.load_suite(exported[1])
+    chained = loaded.chain_entries
+    assert sorted(e.signature for e in chained) == list(loaded.signatures)
+    fed = sum(
+        _feedable(a, b) for a, b in zip(chained, chained[1:], strict=False)
+    )
+    by_signature = sum(
+        _feedable(a, b)
+        for a, b in zip(loaded.entries, loaded.entries[1:], strict=False)
+    )
+    assert fed > by_signature
+
+
 if __name__ == "__main__":
     raise SystemExit(pytest.main([__file__, "-q"]))

@@ -98,6 +98,12 @@ class Suite:
         return tuple(e.signature for e in self.entries)
 
     @property
+    def chain_entries(self) -> tuple[SuiteEntry, ...]:
+        """The entries in the order chains take them: first appearance,
+        so that a brick follows the one before it in its model."""
+        return self.entries
+
+    @property
     def total_bricks(self) -> int:
         """Bricks across all models, repeats included."""
         return sum(e.total for e in self.entries)

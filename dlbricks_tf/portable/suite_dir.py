@@ -30,6 +30,7 @@ from typing import Any
 from dlbricks_tf import errors, json_files, limits
 from dlbricks_tf.cutting.split import SPLITS
 from dlbricks_tf.cutting.suite import shard_of
+from dlbricks_tf.portable import feed_order
 
 FORMAT = "dlbricks-suite"
 FORMAT_VERSION = 1
@@ -149,6 +150,13 @@ class SuiteDir:
     def signatures(self) -> tuple[str, ...]:
         """The signatures, sorted."""
         return tuple(e.signature for e in self.entries)
+
+    @property
+    def chain_entries(self) -> tuple[SuiteDirEntry, ...]:
+        """The entries in the order chains take them: each brick after one
+        whose outputs can feed it, where the manifest's specs allow
+        (`feed_order.ordered`), not by signature."""
+        return tuple(feed_order.ordered(self.entries))
 
     def entry(self, signature: str) -> SuiteDirEntry:
         """The entry of a signature.

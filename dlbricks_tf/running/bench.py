@@ -160,7 +160,10 @@ def time_suite(
     )
     wanted = set(todo)
     skipped = tuple(s for s in suite.signatures if s not in wanted)
-    entries = {e.signature: e for e in suite.entries if e.signature in wanted}
+    # In the order chains take them (a suite folder's is not its own).
+    entries = {
+        e.signature: e for e in suite.chain_entries if e.signature in wanted
+    }
     bricks = [
         brick_timing.BrickToTime(
             signature,
