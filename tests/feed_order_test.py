@@ -19,11 +19,11 @@ class Entry:
     outputs: tuple
 
 
-def _entry(signature, inputs, outputs, dtype="float32", in_dtype=None):
+def _entry(signature, inputs, outputs, dtype="float32"):
     return Entry(
         signature,
         tuple(
-            InputSpec(f"input_{i}", (None, *s), in_dtype or dtype)
+            InputSpec(f"input_{i}", (None, *s), dtype)
             for i, s in enumerate(inputs)
         ),
         tuple(
@@ -58,7 +58,7 @@ def test_a_model_order_is_rebuilt_from_signature_order():
 
 def test_each_brick_is_placed_once_and_the_order_is_the_same_every_time():
     entries = [
-        _entry(f"{i:02d}", [(4, 4, i % 3)], [(4, 4, (i + 1) % 3)])
+        _entry(f"{i:02d}", [(4, 4, 1 + i % 3)], [(4, 4, 1 + (i + 1) % 3)])
         for i in range(12)
     ]
     first = feed_order.ordered(entries)
