@@ -19,7 +19,7 @@ import dlbricks_tf
 from dlbricks_tf.cutting import suite, synthetic
 from dlbricks_tf.machine import settings
 from dlbricks_tf.measuring import timing
-from dlbricks_tf.portable import export, suite_bricks, suite_dir
+from dlbricks_tf.portable import export, feed_order, suite_bricks, suite_dir
 from tests import models
 
 G = 2
@@ -243,18 +243,31 @@ def _feedable(a, b) -> bool:
     )
 
 
+def _fed(entries) -> int:
+    return sum(
+        _feedable(a, b) for a, b in zip(entries, entries[1:], strict=False)
+    )
+
+
 def test_chains_take_a_suite_in_an_order_that_feeds(exported):
     loaded = suite_dir.load_suite(exported[1])
-    chained = loaded.chain_entries
+    chained = loaded.chain_order(loaded.signatures)
     assert sorted(e.signature for e in chained) == list(loaded.signatures)
-    fed = sum(
-        _feedable(a, b) for a, b in zip(chained, chained[1:], strict=False)
+    assert _fed(chained) > _fed(loaded.entries)
+
+
+def test_bricks_left_to_time_are_ordered_among_themselves(exported):
+    # As a resumed run finds them: every other brick of the order stored.
+    loaded = suite_dir.load_suite(exported[1])
+    left = loaded.chain_order(loaded.signatures)[1::2]
+    reordered = loaded.chain_order({e.signature for e in left})
+    assert sorted(e.signature for e in reordered) == sorted(
+        e.signature for e in left
     )
-    by_signature = sum(
-        _feedable(a, b)
-        for a, b in zip(loaded.entries, loaded.entries[1:], strict=False)
+    assert reordered == tuple(
+        feed_order.ordered(sorted(left, key=lambda e: e.signature))
     )
-    assert fed > by_signature
+    assert reordered != left  # Made anew, not cut out of the whole order.
 
 
 if __name__ == "__main__":

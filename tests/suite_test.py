@@ -35,6 +35,14 @@ def test_representative_is_first_occurrence():
     assert suite.entries[0].brick is d.bricks[0]
 
 
+def test_chains_take_the_bricks_left_in_first_appearance():
+    suite = suite_lib.build_suite(
+        {"a": _decomposition("a", ["conv", "relu", "pool", "fc"])}
+    )
+    chained = suite.chain_order({"fc", "relu", "conv"})
+    assert [e.signature for e in chained] == ["conv", "relu", "fc"]
+
+
 def test_shards_are_disjoint_cover_and_deterministic():
     d = _decomposition("a", [f"s{i}" for i in range(11)])
     suite = suite_lib.build_suite({"a": d})

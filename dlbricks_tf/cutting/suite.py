@@ -14,7 +14,7 @@ Example:
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Iterable, Mapping
+from collections.abc import Collection, Iterable, Mapping
 from typing import Any, Protocol, TypeVar
 
 
@@ -97,11 +97,13 @@ class Suite:
         """The unique signatures, in order of first appearance."""
         return tuple(e.signature for e in self.entries)
 
-    @property
-    def chain_entries(self) -> tuple[SuiteEntry, ...]:
-        """The entries in the order chains take them: first appearance,
-        so that a brick follows the one before it in its model."""
-        return self.entries
+    def chain_order(
+        self, signatures: Collection[str]
+    ) -> tuple[SuiteEntry, ...]:
+        """The entries of `signatures` in the order chains take them:
+        first appearance, so that a brick follows the one before it in
+        its model."""
+        return tuple(e for e in self.entries if e.signature in signatures)
 
     @property
     def total_bricks(self) -> int:

@@ -23,7 +23,7 @@ import dataclasses
 import hashlib
 import os
 import re
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from pathlib import Path, PurePosixPath
 from typing import Any
 
@@ -151,12 +151,23 @@ class SuiteDir:
         """The signatures, sorted."""
         return tuple(e.signature for e in self.entries)
 
-    @property
-    def chain_entries(self) -> tuple[SuiteDirEntry, ...]:
-        """The entries in the order chains take them: each brick after one
-        whose outputs can feed it, where the manifest's specs allow
-        (`feed_order.ordered`), not by signature."""
-        return tuple(feed_order.ordered(self.entries))
+    def chain_order(
+        self, signatures: Collection[str]
+    ) -> tuple[SuiteDirEntry, ...]:
+        """The entries of `signatures` in the order chains take them: each
+        brick after one whose outputs can feed it, where the manifest's
+        specs allow (`feed_order.ordered`), not by signature.
+
+        The order is made among these entries alone, not cut out of the
+        whole suite's: a run that resumes with half the suite stored
+        still chains each brick after one that feeds it where it can,
+        not beside the gaps the stored bricks would leave.
+        """
+        return tuple(
+            feed_order.ordered(
+                [e for e in self.entries if e.signature in signatures]
+            )
+        )
 
     def entry(self, signature: str) -> SuiteDirEntry:
         """The entry of a signature.

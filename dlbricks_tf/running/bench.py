@@ -160,10 +160,8 @@ def time_suite(
     )
     wanted = set(todo)
     skipped = tuple(s for s in suite.signatures if s not in wanted)
-    # In the order chains take them (a suite folder's is not its own).
-    entries = {
-        e.signature: e for e in suite.chain_entries if e.signature in wanted
-    }
+    # In the order chains take them, among the bricks still to time.
+    entries = {e.signature: e for e in suite.chain_order(wanted)}
     bricks = [
         brick_timing.BrickToTime(
             signature,
