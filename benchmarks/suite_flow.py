@@ -135,7 +135,8 @@ def _estimates(db: Path, recipes: list[Path]) -> list[dict]:
 
 def _sums(db: Path, recipes: list[Path]) -> dict[str, float]:
     """{model: the sum of its bricks' latencies in `db`} of the recipes
-    whose bricks `db` holds (what two stores' estimates differ by)."""
+    whose bricks `db` holds: `_estimates`' estimated_ms, without its
+    error on a model a brick of which `bench --models` could not time."""
     from dlbricks_tf.portable import recipe as recipe_lib
 
     timings = _timings(db, "brick")
@@ -218,7 +219,7 @@ def _flow(run: int, out: Path, recipes: list[Path]) -> dict:
     )
     extra = {}
     if _BENCH_MODELS.value:
-        extra["suite_sums"] = _sums(suite_db, recipes)
+        extra["suite_sums"] = {r["model"]: r["estimated_ms"] for r in flow}
         extra["bench_sums"] = _sums(bench_db, recipes)
     return {
         **extra,
