@@ -196,7 +196,7 @@ def main(argv: list[str]) -> None:
             ort_chain.OrtChain(
                 [brick_files[s] for s in group],
                 settings,
-                out / "chains",
+                None,  # As a campaign: opened from memory, no file.
                 f"chain-{i}",
                 options,
                 id_bounds=[bounds[s] for s in group],

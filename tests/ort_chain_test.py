@@ -181,6 +181,19 @@ def test_the_chain_runs_on_its_timer_inputs(tmp_path, bricks):
     assert all(np.isfinite(o).all() for o in outputs)
 
 
+def test_a_chain_without_a_folder_writes_no_file(tmp_path, bricks):
+    chain = ort_chain.OrtChain(bricks, ORT, None, "chain-7", FAST)
+    assert chain.path is None and chain.name == "chain-7"
+    # The same graph as the one written to a file, on the same inputs.
+    kept = ort_chain.OrtChain(bricks, ORT, tmp_path, "chain", FAST)
+    assert kept.path.read_bytes() == chain.graph.model.SerializeToString()
+    assert chain.profile.owners.nodes == kept.profile.owners.nodes
+    sampling.time_interleaved([chain])
+    shares = chain.attribution()
+    assert shares.total_ms == chain.timer.result().median_ms > 0
+    assert sum(ms > 0 for ms in shares.brick_ms) >= 3
+
+
 def _conv(batch, channels=4):
     keras.utils.set_random_seed(0)
     inp = keras.Input((8, 8, channels), batch_size=batch)
@@ -226,6 +239,23 @@ def test_a_convolution_fused_with_the_next_bricks_stays_its_bricks(tmp_path):
     chain.profile.sample()
     times = chain.profile.kernel_times()
     assert times.brick_us[0] > 0
+
+
+def test_owners_map_the_same_nodes_with_the_weights_written_or_not(
+    tmp_path, bricks, monkeypatch
+):
+    # ORT writes the optimised graph's weights to the null device; where
+    # no link can be made, to a file. The graph read back is the same.
+    chain = ort_chain.OrtChain(bricks, ORT, tmp_path, "chain", FAST)
+    linked = ort_chain.Owners(chain.path, ORT)
+
+    def refuse(*args, **kwargs):
+        raise OSError("no links here")
+
+    monkeypatch.setattr(ort_chain.os, "symlink", refuse)
+    written = ort_chain.Owners(chain.path, ORT)
+    assert linked.nodes == written.nodes and linked.tensors == written.tensors
+    assert len(linked.nodes) >= len(bricks)
 
 
 def test_profile_is_read_once_and_not_sampled_after(tmp_path, bricks):

@@ -359,6 +359,19 @@ def test_bad_settings_and_inputs_raise(chain_onnx):
         ort_timing.OrtTimer(os.path.abspath(__file__), ORT, FAST)
     with pytest.raises(timing.MeasurementError, match="sample"):
         ort_timing.OrtTimer(chain_onnx, ORT, FAST).result()
+    # A model given serialised is named by `path` when ORT refuses it.
+    with pytest.raises(timing.MeasurementError, match="'chain-3.onnx'"):
+        ort_timing.OrtTimer("chain-3.onnx", ORT, FAST, model=b"not a model")
+
+
+def test_a_timer_opens_a_serialised_model_as_its_file(chain_onnx):
+    with open(chain_onnx, "rb") as f:
+        model = f.read()
+    timer = ort_timing.OrtTimer("in-memory.onnx", ORT, FAST, model=model)
+    assert timer.name == "in-memory"
+    [t] = timing.time_interleaved([timer])
+    _check(t)
+    assert timer.inputs[0][0].shape == (2, 16, 16, 3)
 
 
 def test_missing_onnxruntime_is_a_one_line_error(tmp_path):

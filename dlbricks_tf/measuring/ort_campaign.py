@@ -42,7 +42,6 @@ Example:
 from __future__ import annotations
 
 import dataclasses
-import tempfile
 import time
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
@@ -227,7 +226,6 @@ def time_ort_chains(
     keys = [key for key, _ in built]
     segment = dict(zip(keys, segments_of(keys, weights), strict=True))
     made: list[_Chain] = []
-    folder = tempfile.TemporaryDirectory(prefix="dlbricks-ort-chains-")
 
     def make(group: list[tuple[str, Any]]) -> list[_Chain]:
         """The group's chain; or, if it cannot be made, one per brick."""
@@ -237,7 +235,6 @@ def time_ort_chains(
                 group,
                 settings,
                 options,
-                folder.name,
                 cost["names"],
                 segment,
                 scale,
@@ -309,19 +306,16 @@ def time_ort_chains(
             pending = left
 
     stopped = False
-    try:
-        groups = _groups(built, options.chain_links)
-        if between is not None:
-            chains = [c for group in groups for c in make(group)]
-            run(chains)
-        else:
-            for group in groups:
-                if stop is not None and stop():
-                    stopped = True
-                    break
-                run(make(group))
-    finally:
-        folder.cleanup()
+    groups = _groups(built, options.chain_links)
+    if between is not None:
+        chains = [c for group in groups for c in make(group)]
+        run(chains)
+    else:
+        for group in groups:
+            if stop is not None and stop():
+                stopped = True
+                break
+            run(make(group))
     # A timer's warm-up (its first sample) is setup, as a TF chain's trace.
     warm_up = sum(item.chain.timer.prepare_seconds for item in made)
     return OrtCampaignSummary(
@@ -336,14 +330,14 @@ def time_ort_chains(
 
 
 def _make_chain(
-    group, settings, options, folder, index, segment, scale, session_config
+    group, settings, options, index, segment, scale, session_config
 ) -> _Chain:
     """One chain of `group`'s files, its timer on `scale`."""
     keys = [key for key, _ in group]
     chain = ort_chain.OrtChain(
         [onnx.path for _, onnx in group],
         settings,
-        folder,
+        None,  # Its sessions open it from memory: no file written.
         f"chain-{index}",
         options,
         id_bounds=[onnx.id_bounds for _, onnx in group],

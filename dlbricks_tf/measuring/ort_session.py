@@ -167,6 +167,7 @@ def session_for(
     *,
     profile_prefix: str | None = None,
     config: Mapping[str, str] | None = None,
+    name: str | None = None,
 ) -> Any:
     """Returns an ONNX Runtime CPU session under `settings`' threads.
 
@@ -185,6 +186,7 @@ def session_for(
             (`SessionOptions.add_session_config_entry`), e.g.
             {"session.intra_op.allow_spinning": "0"}: threads that sleep
             when idle instead of spinning.
+        name: What an error calls a serialised model (else `<bytes>`).
 
     Returns:
         An `onnxruntime.InferenceSession`.
@@ -216,7 +218,10 @@ def session_for(
             source, sess_options=options, providers=["CPUExecutionProvider"]
         )
     except Exception as e:  # ORT raises its own types, and RuntimeError.
-        where = "<bytes>" if isinstance(path, bytes) else repr(str(path))
+        if isinstance(path, bytes):
+            where = repr(name) if name else "<bytes>"
+        else:
+            where = repr(str(path))
         first = str(e).strip().splitlines()[0] if str(e).strip() else ""
         raise MeasurementError(
             f"ONNX Runtime cannot load model {where}: "

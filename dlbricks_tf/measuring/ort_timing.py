@@ -104,6 +104,9 @@ class OrtTimer(sampling.AdaptiveSampling):
             `session_for`); slows the runs, for tests.
         session_config: Session configuration entries of every session
             (see `session_for`), e.g. to stop idle threads spinning.
+        model: The model itself, serialised: the sessions open it, and
+            `path` only names it (a chain's merged graph, never written
+            to a file).
 
     Raises:
         OnnxRuntimeMissingError: If onnxruntime cannot be imported.
@@ -121,6 +124,7 @@ class OrtTimer(sampling.AdaptiveSampling):
         id_bounds: Sequence[int | None] | None = None,
         profile_prefix: str | None = None,
         session_config: Mapping[str, str] | None = None,
+        model: bytes | None = None,
     ) -> None:
         self.path = str(path)
         self.name = Path(path).stem
@@ -143,10 +147,11 @@ class OrtTimer(sampling.AdaptiveSampling):
         input_copies = max(1, self.options.input_copies)
         self.sessions = [
             session_for(
-                path,
+                path if model is None else model,
                 settings,
                 profile_prefix=profile_prefix,
                 config=session_config,
+                name=self.path,
             )
             for _ in range(weight_copies)
         ]
