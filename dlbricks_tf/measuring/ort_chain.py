@@ -466,19 +466,17 @@ class OrtChain:
         feed: bool = True,
         segments: Sequence[Hashable] | None = None,
     ) -> None:
-        import onnx
-
         start = time.perf_counter()
         # ORT checks the graph as it loads it (MeasurementError).
         self.graph = ort_chain_graph.merge(
             paths, feed=feed, segments=segments, check=False
         )
         self.name = name
-        self.path = None if folder is None else Path(folder) / f"{name}.onnx"
-        if self.path is not None:
-            self.path.parent.mkdir(parents=True, exist_ok=True)
-            onnx.save(self.graph.model, str(self.path))
         model = self.graph.model.SerializeToString()
+        self.path = None if folder is None else Path(folder) / f"{name}.onnx"
+        if self.path is not None:  # The same bytes, kept.
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            self.path.write_bytes(model)
         self.merge_seconds = time.perf_counter() - start
         bounds = None
         if id_bounds is not None:
