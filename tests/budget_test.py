@@ -117,6 +117,16 @@ def test_a_row_with_predicted_bricks_says_so_and_holds_the_predictors_error():
     assert "predicted_share" not in plain and math.isnan(plain["estimated_ms"])
 
 
+def test_a_round_samples_to_a_quarter_of_the_ranges_variance():
+    full = sampling.TimingOptions(precision=0.02, min_samples=7)
+    rounds = budget.round_options(full)
+    # Half of +-10% in width: a quarter of its variance.
+    assert rounds.precision == pytest.approx(ranges.PROMISE / 2)
+    assert rounds.min_samples == 7 and rounds.max_seconds == full.max_seconds
+    looser = sampling.TimingOptions(precision=0.08)
+    assert budget.round_options(looser).precision == 0.08
+
+
 def test_a_corrected_prediction_carries_its_kinds_error_not_the_cvs():
     d = dlbricks_tf.decompose(models.chain()[0], 1)
     counts = collections.Counter(b.signature for b in d.bricks)

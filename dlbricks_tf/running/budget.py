@@ -60,6 +60,14 @@ the last round cost a brick beyond its samples on this machine) plus its
 sampling, `min_samples` passes of p_b (times the links a repeated brick
 gets a pass).
 
+How precisely. A round's chain samples until each model's timed part is
+known to `TIMED_PRECISION` (5%) of its estimate, not the full run's 2%
+(`round_options`): the bricks it times share every range with predicted
+ones, off by 15-30% each once corrected, so a brick's samples beyond
+that buy less than the next brick does. At 2% a chain of large bricks
+sampled 21-70 passes where `cost_s` counts 10, and the 40's 10% budget
+timed 114 bricks; at 5%, 263 (docs/estimating-beyond.md).
+
 The range. A corrected prediction is as far off as its kind's factor
 is uncertain (shared by every brick of the kind) plus its own residual
 around it, both read from the held-out ratios of the bricks timed so
@@ -107,6 +115,10 @@ SETUP_S = 0.025
 # Bricks timed in one round (one chain), at most: the predictions are
 # corrected between rounds, so a round is small enough to change the order.
 ROUND_BRICKS = 32
+# The precision a round's chains sample to (`TimingOptions.precision`, of
+# each model's estimate; see "How precisely" above): the timed part may
+# take a quarter of the variance of the +-10% a range aims at.
+TIMED_PRECISION = ranges.PROMISE / 2
 # Why a campaign ended (`BudgetSummary.stopped`).
 SPENT, PRECISE, ALL_TIMED, SIGNAL = "budget", "precise", "all timed", "signal"
 
@@ -154,6 +166,14 @@ class BudgetSummary:
     predictor: Any = None
     shared: dict[str, tuple[str, float]] = dataclasses.field(
         default_factory=dict
+    )
+
+
+def round_options(options: sampling.TimingOptions) -> sampling.TimingOptions:
+    """The options a round's chain samples with: `TIMED_PRECISION` of each
+    model's estimate, or the options' own precision if that is looser."""
+    return dataclasses.replace(
+        options, precision=max(options.precision, TIMED_PRECISION)
     )
 
 
@@ -449,6 +469,9 @@ def time_within_budget(
         fits += fitted is not None
         return fitted
 
+    # The probes above keep the options' precision: the predictor learns
+    # from them.
+    options = round_options(options)
     weights = brick_timing.model_weights(suite.entries)
     entries = {e.signature: e for e in suite.entries}
     rows = {}  # Features of each brick, read once.
