@@ -66,7 +66,13 @@ known to `TIMED_PRECISION` (5%) of its estimate, not the full run's 2%
 ones, off by 15-30% each once corrected, so a brick's samples beyond
 that buy less than the next brick does. At 2% a chain of large bricks
 sampled 21-70 passes where `cost_s` counts 10, and the 40's 10% budget
-timed 114 bricks; at 5%, 263 (docs/estimating-beyond.md).
+timed 114-154 bricks; at 5%, 253-307 (docs/estimating-beyond.md).
+
+How many a round. At most `ROUND_BRICKS`, so that the correction between
+rounds can change the order. Rounds as long as the full run's chains
+(128) were tried: the bricks they time read as high against the full
+run's (5-9%, time-weighted) as those of rounds of 32, and the budget put
+no more models within +-10% (docs/history/2026-12-06-intel-xeon.md).
 
 The range. A corrected prediction is as far off as its kind's factor
 is uncertain (shared by every brick of the kind) plus its own residual
