@@ -29,6 +29,15 @@ same rounds: beside a seeded neighbour it put 48 of 52 models within
 +-10% against 67 of 78 without, for 1.3-1.5x the campaign
 (docs/measuring.md).
 
+One link a pass per brick, however often a model calls it: the count
+weighs the brick's samples in that model's estimate. One link per 4
+calls (at most 8), spread along the chain, had let a brick that Xception
+calls 25 times settle in fewer passes; on the 40 those links made a pass
+1.45x as long and left 1.33 links a brick to trace. Without them,
+alternated runs of the 40 at G=1 took 12.9-14.2 against 16.6-17.1 ms of
+setup a brick and 106 against 116 s of campaign, 36 and 38 against 38
+and 38 models within +-10% (docs/measuring.md).
+
 Order: by default bricks are chained in the order they come (the models'
 topological order, as a model runs them); `chain_order="shuffled"`
 chains them in a seeded random order, so that no brick runs after its
@@ -62,15 +71,6 @@ MAX_CHAIN_BYTES = 512 * 2**20
 # What the chains sampled side by side need, at most (a chain alone may
 # exceed it): the chains of a group are alive at once.
 MAX_GROUP_BYTES = 2 * 2**30
-# Links per pass of a brick that a model calls many times: one per
-# `CALLS_PER_REPEAT` calls, at most `MAX_REPEATS`. A brick called 25 times
-# in a model (Xception's middle flow) is 25 times as heavy in its estimate;
-# sampled once a pass it kept Xception's chain sampling to its cap of 100
-# passes (8.5 s), with 6 links a pass it settled in 16-42 passes (3.7-6.5
-# s). Repeating every brick called 2-6 times (ResNet50, EfficientNetB0)
-# made passes longer than the samples it saved: twice the wall-clock.
-CALLS_PER_REPEAT = 4
-MAX_REPEATS = 8
 ORDERS = ("model", "shuffled")
 # Errors that are no brick's fault: they stop the campaign, never a brick.
 _NOT_A_BRICK_FAULT = (settings_lib.ThreadPoolError, KeyboardInterrupt)
@@ -191,11 +191,6 @@ def time_chains(
     clock = {"setup": 0.0, "sampling": 0.0, "chains": 0}
     stopped = False
 
-    def repeats(key: str) -> int:
-        """Links per pass, from the brick's largest count in a model."""
-        most = max((c.get(key, 0) for c in weights.values()), default=1)
-        return min(max(most // CALLS_PER_REPEAT, 1), MAX_REPEATS)
-
     def run(chain_bricks: list[tuple[ChainedBrick, Any]]) -> bool:
         """Times a chain alone; a chain that fails is halved until the bad
         brick is alone, and that brick is handed to `on_failure`."""
@@ -224,7 +219,6 @@ def time_chains(
                 id_bounds={
                     b.key: b.id_bounds for b, _ in chain_bricks if b.id_bounds
                 },
-                repeats=[repeats(b.key) for b, _ in chain_bricks],
                 scale=scale,
             )
         finally:

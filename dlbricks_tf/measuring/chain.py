@@ -2,11 +2,11 @@
 
 A chain is a list of bricks (built Keras models, or `BrickProgram`s of
 `dlbricks_tf.cutting.program`) run one after another in one traced function.
-One call of it is one pass over the chain: every brick once (or
-`repeats` times, spread), in order, with a `tf.timestamp()` between
-consecutive bricks. A brick reads the outputs of the brick before
-it where they fit (`chain_graph.feed_plan`), as a layer reads its
-predecessor's in a model, and fresh copies of synthetic inputs otherwise.
+One call of it is one pass over the chain: every brick once, in order,
+with a `tf.timestamp()` between consecutive bricks. A brick reads the
+outputs of the brick before it where they fit (`chain_graph.feed_plan`),
+as a layer reads its predecessor's in a model, and fresh copies of
+synthetic inputs otherwise.
 Each brick starts after the stamp before it, and the stamp after it depends on
 the brick's outputs, so the time between two stamps is the brick's, plus
 what reading a stamp and handing over to the next op costs (the link cost).
@@ -86,10 +86,6 @@ class ChainTimer:
         feed: Feed a brick the outputs of the brick before it where they
             fit (see `chain_graph.feed_plan`); False: always fresh synthetic
             inputs.
-        repeats: Links per pass of each brick (default 1), spread along
-            the chain; each gives a sample. A brick that a model calls many
-            times weighs that many times in its estimate: more samples of
-            it per pass make the estimate precise in fewer passes.
         scale: A `reference.ReferenceScale` that every pass is scaled by,
             or None.
 
@@ -109,7 +105,6 @@ class ChainTimer:
         check_settings: bool = True,
         id_bounds: Mapping[str, Sequence[int | None]] | None = None,
         feed: bool = True,
-        repeats: Sequence[int] | None = None,
         scale=None,
     ) -> None:
         self.scale = scale
@@ -130,14 +125,7 @@ class ChainTimer:
         self.settings = settings
         self.keys = tuple(keys)
         self._target_ms = target_sample_ms
-        repeats = list(repeats or [1] * len(bricks))
-        if len(repeats) != len(bricks) or min(repeats) < 1:
-            raise MeasurementError(
-                f"One repeat count of 1 or more per brick. Received: {repeats}"
-            )
-        self._layout = chain_graph.layout(
-            chain_graph.occurrences(repeats), empty_links
-        )
+        self._layout = chain_graph.layout(range(len(bricks)), empty_links)
         models = [model for _, model in bricks]
         specs = []
         for key, model in bricks:
@@ -154,7 +142,7 @@ class ChainTimer:
             else [[None] * len(specs[i]) for i in order]
         )
         self.fed_inputs = sum(x is not None for p in plan for x in p)
-        # The synthetic inputs that some occurrence of a brick is not fed.
+        # The synthetic inputs: those no brick before feeds.
         unfed = {
             (i, j)
             for i, row in zip(order, plan, strict=True)
@@ -296,7 +284,7 @@ class ChainTimer:
     def samples(self, index: int) -> list[float]:
         """Per-call samples of brick `index` (link cost subtracted), ms.
 
-        One per pass and repeat of the brick.
+        One per pass.
         """
         link = self.link_ms
         return [max(v - link, 0.0) for v in self._samples[index]]

@@ -1,10 +1,9 @@
 """The traced function of a chain: its order, its feeding and its stamps.
 
-`occurrences` spreads a brick's repeats over the chain, `layout` spreads
-the empty links among the bricks, `feed_plan` decides which inputs a brick
-reads from the bricks before it, and `chain_function` builds the one
-`tf.function` that runs a pass with a `tf.timestamp()` between links
-(`dlbricks_tf.measuring.chain.ChainTimer` times it).
+`layout` spreads the empty links among the bricks, `feed_plan` decides
+which inputs a brick reads from the brick before it, and `chain_function`
+builds the one `tf.function` that runs a pass with a `tf.timestamp()`
+between links (`dlbricks_tf.measuring.chain.ChainTimer` times it).
 """
 
 from __future__ import annotations
@@ -15,22 +14,6 @@ import keras
 import tensorflow as tf
 
 from dlbricks_tf.measuring.timing_loop import pack_inputs
-
-
-def occurrences(repeats: Sequence[int]) -> list[int]:
-    """Brick indices in chain order, brick i `repeats[i]` times, spread.
-
-    Occurrence j of brick i sits near position i + j * n / repeats[i] of
-    the n bricks (modulo n), so that its occurrences follow different
-    bricks, as a repeated block does in a model.
-    """
-    n = len(repeats)
-    keyed = [
-        ((i + j * n / r) % n, j, i)
-        for i, r in enumerate(repeats)
-        for j in range(r)
-    ]
-    return [i for _, _, i in sorted(keyed)]
 
 
 def layout(order: Sequence[int], empty: int) -> list[int | None]:

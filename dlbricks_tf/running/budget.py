@@ -57,8 +57,7 @@ model comes before one that is 1% of a large one, and a model once
 precise stops drawing the budget. cost_b = a brick's setup (building it,
 its link in the chain's trace and warm-up: `SETUP_S` at first, then what
 the last round cost a brick beyond its samples on this machine) plus its
-sampling, `min_samples` passes of p_b (times the links a repeated brick
-gets a pass).
+sampling, `min_samples` passes of p_b.
 
 How precisely. A round's chain samples until each model's timed part is
 known to `TIMED_PRECISION` (5%) of its estimate, not the full run's 2%
@@ -110,7 +109,7 @@ from dlbricks_tf.estimating import (
     saved_predictor,
 )
 from dlbricks_tf.estimating import predict as predict_lib
-from dlbricks_tf.measuring import brick_timing, campaign, precision, sampling
+from dlbricks_tf.measuring import brick_timing, precision, sampling
 from dlbricks_tf.models import probes
 from dlbricks_tf.running import bench
 from dlbricks_tf.stats import Timing, timing_problem
@@ -192,7 +191,6 @@ def relative_half(predictor: predict_lib.Predictor) -> float:
 def cost_s(
     predicted_ms: float,
     options: sampling.TimingOptions,
-    repeats: int = 1,
     setup_s: float = SETUP_S,
 ) -> float:
     """Expected seconds to time a brick of `predicted_ms` in a chain.
@@ -200,15 +198,13 @@ def cost_s(
     `setup_s`: a brick's setup; the campaign passes what its last round
     cost a brick beyond its sampling, on this machine (at least `SETUP_S`).
     """
-    return setup_s + sampling_s(predicted_ms, options, repeats)
+    return setup_s + sampling_s(predicted_ms, options)
 
 
-def sampling_s(
-    predicted_ms: float, options: sampling.TimingOptions, repeats: int = 1
-) -> float:
+def sampling_s(predicted_ms: float, options: sampling.TimingOptions) -> float:
     """Expected seconds of a brick's samples: `min_samples` passes."""
     passes = max(options.min_samples, 1)
-    return passes * repeats * max(predicted_ms, 0.0) / 1000.0
+    return passes * max(predicted_ms, 0.0) / 1000.0
 
 
 def score(
@@ -581,15 +577,7 @@ def time_within_budget(
             u = 1.0
             predicted_ms = dict.fromkeys(todo, 0.0)
 
-        def repeats(s: str) -> int:
-            most = max((c.get(s, 0) for c in weights.values()), default=1)
-            return min(
-                max(most // campaign.CALLS_PER_REPEAT, 1), campaign.MAX_REPEATS
-            )
-
-        costs = {
-            s: cost_s(predicted_ms[s], options, repeats(s), setup) for s in todo
-        }
+        costs = {s: cost_s(predicted_ms[s], options, setup) for s in todo}
         ranked = sorted(
             todo,
             key=lambda s: (
@@ -634,9 +622,7 @@ def time_within_budget(
         timed += summary.timed
         failed += summary.failed
         if batch:  # What a brick cost this round beyond its samples.
-            sampled = sum(
-                sampling_s(predicted_ms[s], options, repeats(s)) for s in batch
-            )
+            sampled = sum(sampling_s(predicted_ms[s], options) for s in batch)
             setup = max(SETUP_S, (summary.wall_s - sampled) / len(batch))
         if not summary.timed and not summary.failed:  # Stopped at once.
             stopped = SIGNAL if stop is not None and stop() else SPENT
