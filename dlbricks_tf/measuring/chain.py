@@ -133,26 +133,17 @@ class ChainTimer:
                 specs.append(synthetic.input_specs(model, settings.batch_size))
             except ValueError as e:
                 raise MeasurementError(f"Brick {key}: {e}") from e
-        order = [i for i in self._layout if i is not None]
         plan = (
-            chain_graph.feed_plan(
-                [models[i] for i in order], [specs[i] for i in order]
-            )
+            chain_graph.feed_plan(models, specs)
             if feed
-            else [[None] * len(specs[i]) for i in order]
+            else [[None] * len(s) for s in specs]
         )
         self.fed_inputs = sum(x is not None for p in plan for x in p)
-        # The synthetic inputs: those no brick before feeds.
-        unfed = {
-            (i, j)
-            for i, row in zip(order, plan, strict=True)
-            for j, fed in enumerate(row)
-            if fed is None
-        }
         self._inputs = []
         slots: dict[tuple[int, int], int] = {}
         for i, (key, model) in enumerate(bricks):
-            wanted = [j for j in range(len(specs[i])) if (i, j) in unfed]
+            # The synthetic inputs: those the brick before does not feed.
+            wanted = [j for j, fed in enumerate(plan[i]) if fed is None]
             if not wanted:
                 continue  # Always fed by the brick before.
             try:
