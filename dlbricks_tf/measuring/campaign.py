@@ -36,7 +36,8 @@ calls 25 times settle in fewer passes; on the 40 those links made a pass
 1.45x as long and left 1.33 links a brick to trace. Without them,
 alternated runs of the 40 at G=1 took 12.9-14.2 against 16.6-17.1 ms of
 setup a brick and 106 against 116 s of campaign, 36 and 38 against 38
-and 38 models within +-10% (docs/measuring.md).
+and 38 models within +-10%. On the 13 the setup fell too, but in two of
+four pairs the sampling rose as much (docs/measuring.md).
 
 Order: by default bricks are chained in the order they come (the models'
 topological order, as a model runs them); `chain_order="shuffled"`
