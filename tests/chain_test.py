@@ -250,8 +250,55 @@ def test_a_stop_request_keeps_the_chains_already_committed():
         check_settings=CHECKED,
     )
     assert summary.stopped
-    assert committed == [b.key for b in bricks[:2]]
+    # Without `between`, chains go two at a time (prepared together): the
+    # first pair is committed, nothing after it.
+    assert committed == [b.key for b in bricks[: 2 * campaign.PAIR]]
     assert summary.timed == tuple(committed)
+
+
+class _FailsInGraph(keras.layers.Layer):
+    """Builds on symbolic inputs; its trace in a chain raises."""
+
+    def compute_output_spec(self, x):
+        return keras.KerasTensor(x.shape, x.dtype)
+
+    def call(self, x):
+        raise ValueError("this layer runs in no graph")
+
+
+def test_a_lone_chain_is_cut_in_two_halves_prepared_together():
+    pairs = [(str(i), None) for i in range(2 * campaign.HALF_CHAIN_FROM)]
+    assert campaign.paired([pairs]) == [
+        pairs[: len(pairs) // 2],
+        pairs[len(pairs) // 2 :],
+    ]
+    # Too short to halve, or a group of several chains: as it is.
+    assert campaign.paired([pairs[:-1]]) == [pairs[:-1]]
+    assert campaign.paired([pairs, pairs]) == [pairs, pairs]
+
+
+def test_chains_prepared_together_are_ready_and_keep_their_errors():
+    _, suite = _bricks(models.residual()[0])
+    built = [(e.signature, e.brick.build(1)) for e in suite.entries]
+    chains = [
+        chain.ChainTimer(built[i : i + 2], SETTINGS, check_settings=CHECKED)
+        for i in range(0, len(built), 2)
+    ]
+    x = keras.Input((4,))
+    bad = chain.ChainTimer(
+        [("bad", keras.Model(x, _FailsInGraph()(x)))],
+        SETTINGS,
+        check_settings=CHECKED,
+    )
+    chain.prepare_together([chains[0], bad, *chains[1:]])
+    assert all(c.prepared and c.prepare_seconds > 0 for c in chains)
+    assert not bad.prepared
+    with pytest.raises(ValueError, match="no graph"):
+        bad.sample()  # The error its trace met, raised where it samples.
+    for c in chains:  # Prepared: each sample is one more of every link.
+        c.sample()
+        assert c.sample_count == 1
+        assert all(v > 0 for i in range(len(c)) for v in c.samples(i))
 
 
 def test_shuffled_order_is_a_seeded_permutation():

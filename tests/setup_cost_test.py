@@ -43,9 +43,11 @@ def test_every_part_of_a_chain_campaign_is_within_the_whole():
     table = _table(proc.stdout)
     assert set(_PARTS) | {"all of time_chains"} == set(table)
     assert table["trace"] > 0 and table["first call"] > 0
-    # Rounded to 0.1 ms each: the parts add up to at most the whole.
-    parts = sum(table[p] for p in _PARTS)
+    # Rounded to 0.1 ms each: the parts add up to at most the whole, but
+    # for the first calls, which run beside the next chain's trace.
+    parts = sum(table[p] for p in _PARTS if p != "first call")
     assert parts <= table["all of time_chains"] + 0.05 * len(_PARTS)
+    assert table["first call"] <= table["all of time_chains"] + 0.05
 
 
 def test_bare_tracing_prints_the_floor():

@@ -7,7 +7,10 @@ memory (`dlbricks_tf.measuring.memory`), and times each chain as one traced
 function (`dlbricks_tf.measuring.chain.ChainTimer`). Chains are sampled side
 by side when a whole model is sampled beside them (`between`), a group of
 them (up to `MAX_GROUP_BYTES`) at a time, in rounds: one pass of every
-chain not done, then `between`; without `between`, one chain at a time.
+chain not done, then `between`; without `between`, two chains at a time.
+The chains of a group are prepared two at a time, one traced while the
+other is optimised and instantiated (`chain.prepare_together`), and a
+group of one chain is cut in two halves for it (`paired`).
 A chain is done when the estimates of the models that use its bricks are
 known to the options' precision
 (`dlbricks_tf.measuring.precision.chain_verdict`), or a cap is hit; then
@@ -73,6 +76,13 @@ MAX_CHAIN_BYTES = 512 * 2**20
 # exceed it): the chains of a group are alive at once.
 MAX_GROUP_BYTES = 2 * 2**30
 ORDERS = ("model", "shuffled")
+# Chains prepared together (`chain.prepare_together`): one traced while
+# the other is optimised and instantiated, one on each of two cores.
+PAIR = 2
+# A group of one chain of at least twice this many bricks is cut in two
+# (`paired`), so that its halves are prepared together: below it, the
+# fixed cost of a second function outweighs the overlap.
+HALF_CHAIN_FROM = 8
 # Errors that are no brick's fault: they stop the campaign, never a brick.
 _NOT_A_BRICK_FAULT = (settings_lib.ThreadPoolError, KeyboardInterrupt)
 
@@ -130,6 +140,15 @@ def ordered(
     return result
 
 
+def paired(group: list[list[Any]]) -> list[list[Any]]:
+    """A group of chains, a lone chain of `2 * HALF_CHAIN_FROM` bricks or
+    more cut in two halves (prepared together, see `PAIR`)."""
+    if len(group) == 1 and len(group[0]) >= 2 * HALF_CHAIN_FROM:
+        half = len(group[0]) // 2
+        return [group[0][:half], group[0][half:]]
+    return group
+
+
 def time_chains(
     bricks: Sequence[ChainedBrick],
     settings: settings_lib.RunSettings,
@@ -181,7 +200,7 @@ def time_chains(
             no `on_failure`; ThreadPoolError if the settings are not in
             force.
     """
-    from dlbricks_tf.measuring.chain import ChainTimer
+    from dlbricks_tf.measuring.chain import ChainTimer, prepare_together
 
     options = options or TimingOptions()
     weights = weights or {}
@@ -282,6 +301,8 @@ def time_chains(
                 if alone:
                     raise
                 retry.append(chain_bricks)
+        if len(active) > 1:  # Two at a time, one on each core.
+            prepare_together([chain for _, chain, _ in active])
         halted = False
         while active:
             left = []
@@ -350,10 +371,13 @@ def time_chains(
             group.append(pending)
             group_size += size
             pending, size = [], 0
-            # Without a model to sample beside them, chains go one at a
-            # time: a stop loses at most one chain, memory stays small.
-            if between is None or group_size + grow > MAX_GROUP_BYTES:
-                if run_group(group):
+            # Without a model to sample beside them, chains go two at a
+            # time (prepared together): a stop loses at most two chains,
+            # memory stays small.
+            if (
+                between is None and len(group) >= PAIR
+            ) or group_size + grow > MAX_GROUP_BYTES:
+                if run_group(paired(group)):
                     stopped = True
                     group = []
                     break
@@ -363,7 +387,7 @@ def time_chains(
     if pending and not stopped:
         group.append(pending)
     if group and not stopped:
-        stopped = run_group(group)
+        stopped = run_group(paired(group))
     return CampaignSummary(
         timed=tuple(timed),
         noisy=tuple(noisy),

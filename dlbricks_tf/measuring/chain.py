@@ -39,6 +39,7 @@ Example:
 
 from __future__ import annotations
 
+import concurrent.futures
 import dataclasses
 import math
 import time
@@ -182,6 +183,8 @@ class ChainTimer:
         self._factors: list[float] = []
         self._prepare_s = 0.0
         self._sampling_s = 0.0
+        # What `prepare_together` caught preparing it: raised by `sample`.
+        self._failure: BaseException | None = None
 
     def __len__(self) -> int:
         return len(self.keys)
@@ -231,11 +234,23 @@ class ChainTimer:
             self._reading = self._graph.after_call()
         return sum(p.numpy() for p in passes) * 1e3 / n
 
-    def _prepare(self) -> None:
-        start = time.perf_counter()
-        with process_lib.collector_paused():  # A fifth of the trace.
-            self._call(1)  # Traces and instantiates the function.
-            once = self._call(1)  # Warm: allocations made, caches filled.
+    def trace(self) -> None:
+        """Traces the chain's function: Python, holding the GIL."""
+        if self._concrete is None:
+            self._concrete = self._run.get_concrete_function()
+
+    def instantiate(self) -> None:
+        """The first call: TensorFlow optimises the traced graph
+        (grappler), instantiates it and makes its kernels and oneDNN
+        primitives, in C++ with the GIL released (see `prepare_together`).
+        """
+        self.trace()
+        self._call(1)
+
+    def warm(self) -> None:
+        """A warm call (allocations made, caches filled) that sets the
+        passes per sample."""
+        once = self._call(1)
         per_pass = max(float(once.sum()), 1e-3)
         self._n = int(
             min(
@@ -243,6 +258,18 @@ class ChainTimer:
                 MAX_PASSES,
             )
         )
+
+    @property
+    def prepared(self) -> bool:
+        """Whether the chain is traced, instantiated and warm."""
+        return self._n > 0
+
+    def _prepare(self) -> None:
+        start = time.perf_counter()
+        with process_lib.collector_paused():  # A fifth of the trace.
+            self.trace()
+            self.instantiate()
+            self.warm()
         self._prepare_s = time.perf_counter() - start
 
     def sample(self) -> None:
@@ -253,6 +280,8 @@ class ChainTimer:
         the passes) and every link is scaled to the machine's reference
         state (`dlbricks_tf.measuring.reference`).
         """
+        if self._failure is not None:
+            raise self._failure
         if not self._n:
             self._prepare()
         start = time.perf_counter()  # The reading counts as sampling.
@@ -327,3 +356,60 @@ class ChainTimer:
             mean_ms=max(mean - excess, 0.0),
             mean_half_ms=half if math.isfinite(half) else None,
         )
+
+
+def prepare_together(chains: Sequence[ChainTimer]) -> None:
+    """Prepares chains two at a time, one on each core.
+
+    A chain's setup is two steps that each keep one core busy: its trace
+    (Python, holding the GIL) and its first call (grappler, instantiation,
+    kernels and oneDNN primitives: C++, the GIL released). So the first
+    call of one chain runs on a worker thread while the next chain is
+    traced on this one. Then each chain is warmed here, one at a time
+    with nothing beside it, as the warm call sets its passes per sample.
+
+    A chain whose trace or first call fails keeps its error, which its
+    first `sample()` raises, as if it had been prepared there; the others
+    are prepared. Each chain's `prepare_seconds` is a share of the
+    wall-clock, in proportion to its bricks.
+    """
+    todo = [c for c in chains if not c.prepared and c._failure is None]
+    if not todo:
+        return
+    start = time.perf_counter()
+
+    def settle(chain: ChainTimer, future: concurrent.futures.Future) -> None:
+        try:
+            future.result()
+        except Exception as e:  # Grappler and TF raise many types.
+            chain._failure = e
+
+    with (
+        process_lib.collector_paused(),
+        concurrent.futures.ThreadPoolExecutor(
+            1, thread_name_prefix="chain-first-call"
+        ) as worker,
+    ):
+        pending = None
+        for chain in todo:
+            try:
+                chain.trace()  # Beside the first call of the one before.
+            except Exception as e:  # Keras and TF raise many types.
+                chain._failure = e
+            if pending is not None:
+                settle(*pending)
+                pending = None
+            if chain._failure is None:
+                pending = (chain, worker.submit(chain.instantiate))
+        if pending is not None:
+            settle(*pending)
+        for chain in todo:
+            if chain._failure is None:
+                try:
+                    chain.warm()
+                except Exception as e:  # As its first sample would.
+                    chain._failure = e
+    wall = time.perf_counter() - start
+    links = sum(len(c) for c in todo)
+    for chain in todo:
+        chain._prepare_s = wall * len(chain) / links
