@@ -266,21 +266,15 @@ class _FailsInGraph(keras.layers.Layer):
         raise ValueError("this layer runs in no graph")
 
 
-def test_a_group_of_few_chains_is_cut_into_pieces_prepared_together():
-    n = campaign.PIECE_FROM
-    bricks = [(str(i), None) for i in range(campaign.PIECES * n + 3)]
-    # One long chain: PIECES pieces, in order, none shorter than PIECE_FROM.
-    pieces = campaign.spread([bricks])
-    assert len(pieces) == campaign.PIECES
-    assert [b for p in pieces for b in p] == bricks
-    assert min(len(p) for p in pieces) >= n
-    # Two chains: each cut in PIECES / 2, as far as PIECE_FROM allows.
-    two = campaign.spread([bricks[: 2 * n], bricks[2 * n : 3 * n]])
-    assert [len(p) for p in two] == [n, n, n]
-    # Too short to cut, or enough chains already: as it is.
-    assert campaign.spread([bricks[: 2 * n - 1]]) == [bricks[: 2 * n - 1]]
-    many = [bricks[i : i + n] for i in range(0, campaign.PIECES * n, n)]
-    assert campaign.spread(many) == many
+def test_a_lone_chain_is_cut_in_two_halves_prepared_together():
+    pairs = [(str(i), None) for i in range(2 * campaign.HALF_CHAIN_FROM)]
+    assert campaign.paired([pairs]) == [
+        pairs[: len(pairs) // 2],
+        pairs[len(pairs) // 2 :],
+    ]
+    # Too short to halve, or a group of several chains: as it is.
+    assert campaign.paired([pairs[:-1]]) == [pairs[:-1]]
+    assert campaign.paired([pairs, pairs]) == [pairs, pairs]
 
 
 def test_chains_prepared_together_are_ready_and_keep_their_errors():

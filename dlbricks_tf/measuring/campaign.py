@@ -10,7 +10,7 @@ them (up to `MAX_GROUP_BYTES`) at a time, in rounds: one pass of every
 chain not done, then `between`; without `between`, two chains at a time.
 The chains of a group are prepared two at a time, one traced while the
 other is optimised and instantiated (`chain.prepare_together`), and a
-group of fewer than `PIECES` chains is cut into more for it (`spread`).
+group of one chain is cut in two halves for it (`paired`).
 A chain is done when the estimates of the models that use its bricks are
 known to the options' precision
 (`dlbricks_tf.measuring.precision.chain_verdict`), or a cap is hit; then
@@ -77,16 +77,12 @@ MAX_CHAIN_BYTES = 512 * 2**20
 MAX_GROUP_BYTES = 2 * 2**30
 ORDERS = ("model", "shuffled")
 # Chains prepared together (`chain.prepare_together`): one traced while
-# the one before is optimised and instantiated, one on each of two cores.
-# Without a model to sample beside them, chains go this many at a time.
+# the other is optimised and instantiated, one on each of two cores.
 PAIR = 2
-# A group of fewer chains than this is cut into more (`spread`): k chains
-# prepared together take about (k + 1) / 2k of their setup one after
-# another, so a model's one or two chains gain a quarter at most...
-PIECES = 4
-# ...and no piece has fewer bricks than this: below it, the fixed cost of
-# one more function outweighs the overlap.
-PIECE_FROM = 16
+# A group of one chain of at least twice this many bricks is cut in two
+# (`paired`), so that its halves are prepared together: below it, the
+# fixed cost of a second function outweighs the overlap.
+HALF_CHAIN_FROM = 8
 # Errors that are no brick's fault: they stop the campaign, never a brick.
 _NOT_A_BRICK_FAULT = (settings_lib.ThreadPoolError, KeyboardInterrupt)
 
@@ -144,21 +140,13 @@ def ordered(
     return result
 
 
-def spread(group: list[list[Any]]) -> list[list[Any]]:
-    """A group of chains, each cut into equal pieces of `PIECE_FROM`
-    bricks or more until the group holds `PIECES` chains where it can
-    (prepared together, see `PIECES`); a piece of a chain holds less than
-    the chain did, so every cap on a chain still holds."""
-    cuts = -(-PIECES // max(len(group), 1))
-    out = []
-    for chain_bricks in group:
-        k = max(1, min(cuts, len(chain_bricks) // PIECE_FROM))
-        size = -(-len(chain_bricks) // k)
-        out += [
-            chain_bricks[i : i + size]
-            for i in range(0, len(chain_bricks), size)
-        ]
-    return out
+def paired(group: list[list[Any]]) -> list[list[Any]]:
+    """A group of chains, a lone chain of `2 * HALF_CHAIN_FROM` bricks or
+    more cut in two halves (prepared together, see `PAIR`)."""
+    if len(group) == 1 and len(group[0]) >= 2 * HALF_CHAIN_FROM:
+        half = len(group[0]) // 2
+        return [group[0][:half], group[0][half:]]
+    return group
 
 
 def time_chains(
@@ -389,7 +377,7 @@ def time_chains(
             if (
                 between is None and len(group) >= PAIR
             ) or group_size + grow > MAX_GROUP_BYTES:
-                if run_group(spread(group)):
+                if run_group(paired(group)):
                     stopped = True
                     group = []
                     break
@@ -399,7 +387,7 @@ def time_chains(
     if pending and not stopped:
         group.append(pending)
     if group and not stopped:
-        stopped = run_group(spread(group))
+        stopped = run_group(paired(group))
     return CampaignSummary(
         timed=tuple(timed),
         noisy=tuple(noisy),
