@@ -16,7 +16,8 @@ known to the options' precision
 (`dlbricks_tf.measuring.precision.chain_verdict`), or a cap is hit; then
 every brick of it is handed to `on_result` (to be committed),
 flagged noisy only if it keeps some model from its target. A campaign
-killed mid-chain loses that chain's samples, nothing committed before.
+killed mid-chain loses the samples of the chains in flight, nothing
+committed before.
 
 `between` is called once per round: `dlbricks_tf.running.job` samples the whole
 model there, so bricks and model are measured over the same stretch of
@@ -86,8 +87,9 @@ MAX_CHAIN_BYTES = 512 * 2**20
 # exceed it): the chains of a group are alive at once.
 MAX_GROUP_BYTES = 2 * 2**30
 ORDERS = ("model", "shuffled")
-# Chains prepared together (`chain.prepare_together`): one traced while
-# the other is optimised and instantiated, one on each of two cores.
+# Without a model to sample beside them, chains go this many at a time,
+# prepared together (`chain.prepare_together`: one traced while the
+# other is optimised and instantiated, one on each of two cores).
 PAIR = 2
 # A group of one chain of at least twice this many bricks is cut in two
 # (`paired`), so that its halves are prepared together: below it, the
