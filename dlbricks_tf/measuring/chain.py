@@ -225,10 +225,8 @@ class ChainTimer:
         With `read` (and a scale that reads after the timers' calls), the
         reference is read right after the last pass, into `_reading`.
         """
-        if self._concrete is None:  # Traced once; called without the
-            # polymorphic function's argument matching (2 of 22 ms a pass of
-            # 64 MobileNetV2 bricks).
-            self._concrete = self._run.get_concrete_function()
+        self.trace()  # Once; called without the polymorphic function's
+        # argument matching (2 of 22 ms a pass of 64 MobileNetV2 bricks).
         passes = [self._concrete(self._inputs)[0] for _ in range(n)]
         if read:
             self._reading = self._graph.after_call()
@@ -244,7 +242,6 @@ class ChainTimer:
         (grappler), instantiates it and makes its kernels and oneDNN
         primitives, in C++ with the GIL released (see `prepare_together`).
         """
-        self.trace()
         self._call(1)
 
     def warm(self) -> None:
