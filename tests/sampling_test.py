@@ -98,5 +98,18 @@ def test_brick_caps_apply_to_loops_only_and_never_exceed_the_models():
     assert models == sampling.TimingOptions(max_samples=100, max_seconds=5.0)
 
 
+def test_bricks_take_their_own_floor_within_their_cap():
+    models, chained = sampling.model_and_brick_options(
+        "chain", min_samples=10, brick_min_samples=5
+    )
+    assert (models.min_samples, chained.min_samples) == (10, 5)
+    _, looped = sampling.model_and_brick_options(
+        "loop", max_samples=40, brick_max_samples=3, brick_min_samples=5
+    )
+    assert (looped.min_samples, looped.max_samples) == (3, 3)
+    _, same = sampling.model_and_brick_options("chain", min_samples=7)
+    assert same.min_samples == 7
+
+
 if __name__ == "__main__":
     raise SystemExit(pytest.main([__file__, "-q"]))

@@ -30,6 +30,13 @@ MAX_SECONDS = flags.DEFINE_float(
     "Sampling time per brick or model, at most (s).",
     lower_bound=0.0,
 )
+BRICK_MIN_SAMPLES = flags.DEFINE_integer(
+    "brick_min_samples",
+    5,
+    "Samples per brick, at least (in a chain: passes over it) before its "
+    "models' precision is judged; whole models take --min_samples.",
+    lower_bound=2,
+)
 BRICK_MAX_SAMPLES = flags.DEFINE_integer(
     "brick_max_samples",
     60,
@@ -161,6 +168,7 @@ def options(protocol: str | None = None):
         keep_pace=KEEP_PACE.value,
         brick_max_samples=BRICK_MAX_SAMPLES.value,
         brick_max_seconds=BRICK_MAX_SECONDS.value,
+        brick_min_samples=BRICK_MIN_SAMPLES.value,
     )
 
 

@@ -103,6 +103,7 @@ def model_and_brick_options(
     keep_pace: bool = False,
     brick_max_samples: int | None = None,
     brick_max_seconds: float | None = None,
+    brick_min_samples: int | None = None,
     **model_options,
 ) -> tuple[TimingOptions, TimingOptions]:
     """The options of whole models and of bricks, from a front end's flags.
@@ -121,6 +122,9 @@ def model_and_brick_options(
             Those of the bricks (see `TimingOptions`).
         brick_max_samples, brick_max_seconds: Caps per brick under
             "loop" (None: the models' caps).
+        brick_min_samples: Samples per brick (in a chain: passes) before
+            its precision is judged, at most the bricks' `max_samples`
+            (None: the models' `min_samples`).
         **model_options: Other `TimingOptions` fields, for both.
 
     Returns:
@@ -147,6 +151,10 @@ def model_and_brick_options(
             bricks,
             max_samples=_within(brick_max_samples, options.max_samples),
             max_seconds=_within(brick_max_seconds, options.max_seconds),
+        )
+    if brick_min_samples is not None:
+        bricks = dataclasses.replace(
+            bricks, min_samples=min(brick_min_samples, bricks.max_samples)
         )
     return options, bricks
 
