@@ -267,7 +267,9 @@ def _onnx_folder(db: str | os.PathLike) -> str:
 
 def _options(chosen: settings_lib.RunSettings) -> tuple[Any, Any]:
 
-    return sampling.model_and_brick_options(chosen.protocol)
+    return sampling.model_and_brick_options(
+        chosen.protocol, brick_min_samples=sampling.BRICK_MIN_SAMPLES
+    )
 
 
 def _result(

@@ -32,7 +32,7 @@ MAX_SECONDS = flags.DEFINE_float(
 )
 BRICK_MIN_SAMPLES = flags.DEFINE_integer(
     "brick_min_samples",
-    5,
+    sampling.BRICK_MIN_SAMPLES,
     "Samples per brick, at least (in a chain: passes over it) before its "
     "models' precision is judged; whole models take --min_samples.",
     lower_bound=2,
