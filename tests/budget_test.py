@@ -127,14 +127,6 @@ def test_a_round_samples_to_a_quarter_of_the_ranges_variance():
     assert budget.round_options(looser).precision == 0.08
 
 
-def test_a_model_stays_open_until_its_bricks_leave_room_for_the_machine():
-    state = {"wide": (40.0, 0.12), "edge": (10.0, 0.08), "done": (5.0, 0.04)}
-    # Within +-10% by its bricks alone, "edge" is still open: the range
-    # adds the machine's variation to them.
-    assert budget.still_open(state) == {"wide": 40.0, "edge": 10.0}
-    assert budget.still_open({"done": (5.0, budget.SETTLED)}) == {}
-
-
 def test_a_corrected_prediction_carries_its_kinds_error_not_the_cvs():
     d = dlbricks_tf.decompose(models.chain()[0], 1)
     counts = collections.Counter(b.signature for b in d.bricks)

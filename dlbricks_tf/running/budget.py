@@ -44,8 +44,7 @@ half-width (from its cross-validation, `CrossValidation.interval`; one
 value for every brick, so it orders nothing but says how much is gained).
 The plain rule, p_b x (sum_m c_bm) x u / cost_b, adds those
 milliseconds over the models; the one here divides each model's part by
-its estimate E_m, and leaves out the models already precise (their
-bricks' part within `SETTLED`, below):
+its estimate E_m, and leaves out the models already within +-10%:
 
     score_b = u p_b (sum over models m not yet precise of c_bm / E_m)
               / cost_b
@@ -79,12 +78,7 @@ is uncertain (shared by every brick of the kind) plus its own residual
 around it, both read from the held-out ratios of the bricks timed so
 far (`calibration.Calibration.halves`); `BudgetSummary.shared` carries
 the kinds' parts to the rows, and `model_precisions` decides with them
-whether every model is precise: its bricks' part within +-5% (`SETTLED`),
-so that the range, once the machine's own variation is added to it
-(`dlbricks_tf.estimating.ranges`), can still be within +-10%. Stopped at
-+-10% of the bricks' part alone, the 40's 10% budget ended "precise"
-with 12-22% of it unspent, and every range, the machine's added, wider
-than +-10%.
+whether every model is within +-10% ("precise").
 
 A brick that cannot be built or timed is recorded as failed (as in every
 campaign) and predicted. A budget the first fit already spends times
@@ -130,12 +124,6 @@ ROUND_BRICKS = 32
 # each model's estimate; see "How precisely" above): the timed part may
 # take a quarter of the variance of the +-10% a range aims at.
 TIMED_PRECISION = ranges.PROMISE / 2
-# A model is precise, and draws no more of the budget, once its bricks'
-# part of its range (timed and predicted) is within this: a quarter of the
-# variance of the +-10% a range aims at, the rest left to the machine's
-# own variation, which the range adds (`ranges`; +-10.4-10.6% alone in
-# runs of the 40 on a shared 2-vCPU VM).
-SETTLED = ranges.PROMISE / 2
 # Why a campaign ended (`BudgetSummary.stopped`).
 SPENT, PRECISE, ALL_TIMED, SIGNAL = "budget", "precise", "all timed", "signal"
 
@@ -160,8 +148,8 @@ class BudgetSummary:
         failed: (signature, reason) of the bricks that failed.
         predicted: {signature: predicted timing} of the suite's bricks left
             untimed (empty if no predictor could be fitted).
-        stopped: Why it ended: "budget", "precise" (every model's
-            bricks' part within `SETTLED`), "all timed" or "signal".
+        stopped: Why it ended: "budget", "precise" (every model within
+            +-10%), "all timed" or "signal".
         predictor: The last predictor fitted, or None.
         shared: {signature: (kind, half-width ms)} of the predicted
             bricks corrected by timed ones: the part of each one's error
@@ -275,12 +263,6 @@ def model_precisions(
             ),
         )
     return out
-
-
-def still_open(state: Mapping[str, tuple[float, float]]) -> dict[str, float]:
-    """{model: estimate ms} of the models not yet precise, from
-    `model_precisions`: their bricks' part wider than `SETTLED`."""
-    return {m: e for m, (e, half) in state.items() if half > SETTLED}
 
 
 def fit_predictor(
@@ -582,7 +564,9 @@ def time_within_budget(
             state = model_precisions(
                 suite, {**guessed, **timings}, guessed, shared
             )
-            open_models = still_open(state)
+            open_models = {
+                m: e for m, (e, half) in state.items() if half > ranges.PROMISE
+            }
             if state and not open_models:
                 stopped = PRECISE
                 break
