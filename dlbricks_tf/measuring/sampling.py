@@ -31,11 +31,10 @@ from typing import Protocol
 
 from dlbricks_tf import errors, stats
 
-
 # Samples a brick takes (in a chain: passes over it) before its models'
 # precision is judged: half the models' 10. A model's estimate sums tens
 # to hundreds of bricks, whose errors partly cancel; with a floor of 10,
-# 54-66% of the 40's bricks at G=1 stopped at it, their models already
+# 54-69% of the 40's bricks at G=1 stopped at it, their models already
 # precise (docs/measuring.md).
 BRICK_MIN_SAMPLES = 5
 
