@@ -19,7 +19,10 @@ PRECISION = flags.DEFINE_float(
     upper_bound=1.0,
 )
 MIN_SAMPLES = flags.DEFINE_integer(
-    "min_samples", 10, "Samples per brick or model, at least.", lower_bound=1
+    "min_samples",
+    10,
+    "Samples per whole model, at least (bricks: --brick_min_samples).",
+    lower_bound=1,
 )
 MAX_SAMPLES = flags.DEFINE_integer(
     "max_samples", 100, "Samples per brick or model, at most.", lower_bound=1
