@@ -76,6 +76,29 @@ def residual() -> tuple[keras.Model, list]:
     return keras.Model(inp, out, name="residual"), [_floats(2, 8, 8, 4)]
 
 
+def repeated() -> tuple[keras.Model, list]:
+    """Branches that compute one thing twice, as NASNet's cells do.
+
+    relu_b repeats relu_a, pad_b repeats pad_a once relu_b is merged, and
+    pool_b repeats pool_a (and is a model output); conv_b (its own
+    weights), pool_c (another config) and the ops' `add` (other inputs)
+    repeat nothing.
+    """
+    inp = keras.Input((8, 8, 3))
+    a = layers.Activation("relu", name="relu_a")(inp)
+    b = layers.Activation("relu", name="relu_b")(inp)
+    pa = layers.ZeroPadding2D(1, name="pad_a")(a)
+    pb = layers.ZeroPadding2D(1, name="pad_b")(b)
+    ca = layers.Conv2D(4, 3, name="conv_a")(pa)
+    cb = layers.Conv2D(4, 3, name="conv_b")(pb)
+    p1 = layers.MaxPooling2D(2, name="pool_a")(ca)
+    p2 = layers.MaxPooling2D(2, name="pool_b")(ca)
+    p3 = layers.MaxPooling2D(2, name="pool_c", padding="same")(cb)
+    out = layers.Concatenate(name="concat")([p1, p2, keras.ops.add(p3, p1)])
+    model = keras.Model(inp, [out, p2], name="repeated")
+    return model, [_floats(2, 8, 8, 3)]
+
+
 def shared_and_ops() -> tuple[keras.Model, list]:
     """A layer called three times, slicing and raw keras.ops calls."""
     inp = keras.Input((8,), name="features")
@@ -252,6 +275,7 @@ ALL = {
     "chain": chain,
     "residual": residual,
     "shared_and_ops": shared_and_ops,
+    "repeated": repeated,
     "multi_io": multi_io,
     "transfer": transfer,
     "nested_functional": nested_functional,

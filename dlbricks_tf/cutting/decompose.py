@@ -7,7 +7,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from dlbricks_tf.cutting import graph as graph_lib
-from dlbricks_tf.cutting import loading, replay, signature, split
+from dlbricks_tf.cutting import loading, merge, replay, signature, split
 from dlbricks_tf.cutting.brick import Brick
 from dlbricks_tf.errors import DecompositionError
 
@@ -19,14 +19,18 @@ class Decomposition:
     Attributes:
         name: the model's name.
         granularity: G, the most calls a brick holds.
-        bricks: the bricks in topological order; every call is in exactly
-            one.
+        bricks: the bricks in topological order; every call the model
+            runs is in exactly one.
         dependencies: for brick i, the indices (< i) of the bricks it reads.
         inputs: ids of the model's input tensors (flattened, keras.tree
             order), the ids that `Brick.input_ids` refer to.
         outputs: ids of the model's output tensors (flattened).
-        num_calls: how many layer calls the model makes.
+        num_calls: how many layer calls the model runs (merged calls not
+            counted).
         fuse: whether fusion units were kept whole (G counts units).
+        merged: (call, the earlier call it repeats) for each call that
+            computes what an earlier call does, which TensorFlow runs once
+            and no brick holds (`dlbricks_tf.cutting.merge`).
     """
 
     name: str
@@ -37,6 +41,7 @@ class Decomposition:
     outputs: tuple[int, ...]
     num_calls: int
     fuse: bool = False
+    merged: tuple[tuple[str, str], ...] = ()
 
 
 def decompose(
@@ -119,7 +124,8 @@ def model_graph(
 
     What `decompose` cuts; the arguments are `decompose`'s. Other ways of
     choosing runs (`dlbricks_tf.estimating.cover`) start here and end in
-    `from_runs`.
+    `from_runs`. A call that repeats an earlier one on the same tensors is
+    merged into it, as TensorFlow runs it once (`merge.merge_equal_calls`).
 
     Raises:
         DecompositionError: As `decompose`.
@@ -148,7 +154,7 @@ def model_graph(
     graph = replay.infer_missing_specs(graph, factory)
     if input_shapes:
         graph = replay.with_input_shapes(graph, input_shapes, factory)
-    return graph, factory
+    return merge.merge_equal_calls(graph), factory
 
 
 class Cutter:
@@ -278,4 +284,5 @@ def from_runs(
         outputs=graph.outputs,
         num_calls=len(graph.calls),
         fuse=fuse,
+        merged=graph.merged,
     )

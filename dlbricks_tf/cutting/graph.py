@@ -87,6 +87,9 @@ class Graph:
         inputs: tensor ids of the model inputs, flattened.
         outputs: tensor ids of the model outputs, flattened.
         input_names: the name of each of `inputs` (its InputLayer's).
+        merged: (call, the earlier call it repeats) for each call left out
+            because it computes what an earlier one does
+            (`dlbricks_tf.cutting.merge`).
     """
 
     name: str
@@ -96,6 +99,7 @@ class Graph:
     inputs: tuple[int, ...]
     outputs: tuple[int, ...]
     input_names: tuple[str, ...] = ()
+    merged: tuple[tuple[str, str], ...] = ()
 
 
 def iter_tensor_refs(obj: Any) -> Iterator[dict]:
