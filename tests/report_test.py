@@ -142,6 +142,20 @@ def test_format_decompositions_lists_bricks_and_counts():
     assert "## x" not in report.format_decompositions({"x": d}, bricks=False)
 
 
+def test_format_decompositions_names_the_merged_calls():
+    model, _ = models.repeated()
+    d = dlbricks_tf.decompose(model, granularity=1)
+    text = report.format_decompositions({"r": d})
+    assert (
+        f"## r (G=1): {d.num_calls} layer calls, {len(d.bricks)} bricks; "
+        "3 calls repeat an earlier one and are merged into it"
+    ) in text
+    assert (
+        "Merged (TensorFlow computes each once): relu_b = relu_a, "
+        "pad_b = pad_a, pool_b = pool_a"
+    ) in text
+
+
 def test_format_estimates_shows_missing_measurements_as_dashes():
     row = {
         "model": "a",

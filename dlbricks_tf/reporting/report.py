@@ -283,9 +283,16 @@ def format_decompositions(
         seen.update(sigs)
         if not bricks:
             continue
+        merged = getattr(d, "merged", ())
         out += [
             f"## {name} (G={d.granularity}): {d.num_calls} layer calls, "
-            f"{len(d.bricks)} bricks",
+            f"{len(d.bricks)} bricks"
+            + (
+                f"; {len(merged)} calls repeat an earlier one and are "
+                "merged into it"
+                if merged
+                else ""
+            ),
             "",
             "| # | layers | classes | inputs | signature | reads |",
             "|---:|---|---|---|---|---|",
@@ -298,6 +305,12 @@ def format_decompositions(
                 f"| {format_inputs(b.inputs)} | {b.signature} "
                 f"| {', '.join(map(str, deps))} |"
             )
+        if merged:
+            out += [
+                "",
+                "Merged (TensorFlow computes each once): "
+                + ", ".join(f"{a} = {b}" for a, b in merged),
+            ]
         out.append("")
     out += [
         "| model | bricks | unique in model | new to corpus |",
