@@ -4,6 +4,7 @@ import collections
 
 import keras
 import numpy as np
+import pytest
 from keras import layers
 
 import dlbricks_tf
@@ -81,3 +82,7 @@ def test_nasnet_cells_merge_their_repeated_relus_and_pools():
         "ZeroPadding2D": 4,
     }
     assert d.num_calls + len(d.merged) == len(model.layers) - 1
+
+
+if __name__ == "__main__":
+    raise SystemExit(pytest.main([__file__, "-q"]))
