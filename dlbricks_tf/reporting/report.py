@@ -283,7 +283,7 @@ def format_decompositions(
         seen.update(sigs)
         if not bricks:
             continue
-        merged = getattr(d, "merged", ())
+        merged = d.merged
         out += [
             f"## {name} (G={d.granularity}): {d.num_calls} layer calls, "
             f"{len(d.bricks)} bricks"
