@@ -58,7 +58,7 @@ def test_a_chain_gives_one_positive_figure_per_brick():
     assert timer.sample_count == 5
     for i in range(len(bricks)):
         result = timer.result(i, noisy=False)
-        assert result.samples == 5
+        assert result.samples == timer.kept_count  # Bursts left out.
         assert result.median_ms > 0
     assert timer.prepare_seconds > 0 and timer.iterations >= 1
 
@@ -203,9 +203,10 @@ def test_settled_chains_keep_pace_with_their_model_to_their_caps(
     # Settled at 3 passes; beside a model not done, one more pass per
     # round until it is (the pass before the round that ends it counts),
     # never past max_samples.
+    # A result counts the passes not disturbed (`disturbed`).
     want = min(max(3, model_rounds + 1), 12)
-    assert {r.samples for r in committed.values()} == {want}
     assert len(rounds) == want
+    assert all(3 <= r.samples <= want for r in committed.values())
 
 
 def test_a_brick_a_model_calls_often_gets_one_link_per_pass():

@@ -266,7 +266,7 @@ def time_chains(
     def verdict(chain: Any) -> tuple[bool, frozenset[str]]:
         """(done, bricks holding a model back) after a chain's sample."""
         holding: frozenset[str] = frozenset()
-        if chain.sample_count >= options.min_samples:
+        if chain.kept_count >= options.min_samples:
             settled, holding = precision.chain_verdict(
                 {k: chain.precise_samples(i) for i, k in enumerate(chain.keys)},
                 weights,
@@ -340,7 +340,7 @@ def time_chains(
                 halted = True
                 break
         for _, chain, holding in active:  # Stopped: keep what can be.
-            if chain.sample_count >= options.min_samples:
+            if chain.kept_count >= options.min_samples:
                 commit(chain, holding or frozenset())
             else:
                 clock["setup"] += chain.prepare_seconds

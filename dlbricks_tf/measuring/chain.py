@@ -11,7 +11,9 @@ Each brick starts after the stamp before it, and the stamp after it depends on
 the brick's outputs, so the time between two stamps is the brick's, plus
 what reading a stamp and handing over to the next op costs (the link cost).
 One sample of every link is the mean over enough passes to last
-`TARGET_SAMPLE_MS` (one pass for most chains).
+`TARGET_SAMPLE_MS` (one pass for most chains). A sample whose links add
+up to much more than the chain's usual (a neighbour's burst,
+`dlbricks_tf.measuring.disturbed`) is left out of every link's timing.
 
 Why a chain and not a loop per brick: the trace, the grappler pass and the
 instantiation of a `tf.function` cost a fixed 20-250 ms whatever it holds,
@@ -53,7 +55,7 @@ from dlbricks_tf import stats
 from dlbricks_tf.cutting import synthetic
 from dlbricks_tf.machine import process as process_lib
 from dlbricks_tf.machine import settings as settings_lib
-from dlbricks_tf.measuring import chain_graph
+from dlbricks_tf.measuring import chain_graph, disturbed
 from dlbricks_tf.measuring.timing import MeasurementError
 
 # Empty links per chain: enough for a steady median of the link cost.
@@ -181,6 +183,9 @@ class ChainTimer:
         self._raw: list[list[float]] = [[] for _ in bricks]
         self._raw_empty: list[float] = []
         self._factors: list[float] = []
+        # Each pass's links summed, unscaled: what tells a disturbed pass.
+        self._totals: list[float] = []
+        self._kept_cache: tuple[int, list[int]] = (0, [])
         self._prepare_s = 0.0
         self._sampling_s = 0.0
         # What `prepare_together` caught preparing it: raised by `sample`.
@@ -206,18 +211,44 @@ class ChainTimer:
 
     @property
     def sample_count(self) -> int:
-        """Samples taken of every link so far."""
-        return len(self._empty) // max(self._layout.count(None), 1)
+        """Samples taken of every link so far, disturbed ones included
+        (what the caps count)."""
+        return len(self._totals)
+
+    @property
+    def kept_count(self) -> int:
+        """Samples of every link not disturbed (what the floor counts)."""
+        return len(self._kept())
+
+    def _kept(self) -> list[int]:
+        """The passes not disturbed (`disturbed.kept` on their totals)."""
+        if self._kept_cache[0] != len(self._totals):
+            self._kept_cache = (
+                len(self._totals),
+                disturbed.kept(self._totals),
+            )
+        return self._kept_cache[1]
+
+    def _kept_empty(self, values: Sequence[float]) -> list[float]:
+        """The empty links' values (scaled or raw) of the kept passes."""
+        per_pass = self._layout.count(None)
+        return [
+            v
+            for j in self._kept()
+            for v in values[j * per_pass : (j + 1) * per_pass]
+        ]
 
     @property
     def link_ms(self) -> float:
         """Per-call cost of one link (median of the empty links, ms)."""
-        return stats.median(self._empty) if self._empty else 0.0
+        empty = self._kept_empty(self._empty)
+        return stats.median(empty) if empty else 0.0
 
     @property
     def link_mean_ms(self) -> float:
         """Mean per-call cost of one link (of the empty links, ms)."""
-        return math.fsum(self._empty) / len(self._empty) if self._empty else 0.0
+        empty = self._kept_empty(self._empty)
+        return math.fsum(empty) / len(empty) if empty else 0.0
 
     def _call(self, n: int, read: bool = False) -> np.ndarray:
         """Per-pass ms of every link (bricks and empty), over n passes.
@@ -290,6 +321,7 @@ class ChainTimer:
             raw = self._call(self._n).tolist()
         self._sampling_s += time.perf_counter() - start
         self._factors.append(factor)
+        self._totals.append(math.fsum(raw))
         for owner, value in zip(self._layout, raw, strict=True):
             if owner is None:
                 self._empty.append(value * factor)
@@ -301,26 +333,34 @@ class ChainTimer:
     def samples(self, index: int) -> list[float]:
         """Per-call samples of brick `index` (link cost subtracted), ms.
 
-        One per pass.
+        One per pass not disturbed.
         """
         link = self.link_ms
-        return [max(v - link, 0.0) for v in self._samples[index]]
+        return [max(v - link, 0.0) for v in self._scaled(index)]
+
+    def _scaled(self, index: int) -> list[float]:
+        """Brick `index`'s scaled samples of the passes not disturbed."""
+        values = self._samples[index]
+        return [values[j] for j in self._kept()]
 
     def precise_samples(self, index: int) -> list[float]:
         """What the stopping rule reads: `samples(index)` with one factor.
 
-        The unscaled samples (link cost subtracted) times the median of
-        the passes' factors: on the common scale, with the spread of the
-        samples alone. Each pass's own factor carries the reference's
-        jitter (a reading moves ±30% from the next), which kept chains
-        sampling 1.3-1.5x as long for a precision of the samples they
-        already had; the stored timing still scales each pass by its own.
+        The unscaled samples of the passes not disturbed (link cost
+        subtracted) times the median of those passes' factors: on the
+        common scale, with the spread of the samples alone. Each pass's
+        own factor carries the reference's jitter (a reading moves ±30%
+        from the next), which kept chains sampling 1.3-1.5x as long for a
+        precision of the samples they already had; the stored timing
+        still scales each pass by its own.
         """
         if not self._raw[index]:
             return []
-        factor = stats.median(self._factors)
-        link = stats.median(self._raw_empty) if self._raw_empty else 0.0
-        return [max(v - link, 0.0) * factor for v in self._raw[index]]
+        kept = self._kept()
+        factor = stats.median([self._factors[j] for j in kept])
+        empty = self._kept_empty(self._raw_empty)
+        link = stats.median(empty) if empty else 0.0
+        return [max(self._raw[index][j] - link, 0.0) * factor for j in kept]
 
     def result(self, index: int, noisy: bool) -> stats.Timing:
         """Summary of brick `index`; `noisy` as the caller judged it.
@@ -345,7 +385,7 @@ class ChainTimer:
         # wake-up) in every brick, which a sum of 100-250 bricks turns into
         # a few percent of a model. Unclamped, so a brick near the link
         # cost is not pushed up by samples clamped to 0.
-        raw = [v - self.link_ms for v in self._samples[index]]
+        raw = [v - self.link_ms for v in self._scaled(index)]
         mean, half = stats.mean_interval(raw)
         excess = self.link_mean_ms - self.link_ms
         return dataclasses.replace(

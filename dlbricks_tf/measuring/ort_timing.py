@@ -114,6 +114,9 @@ class OrtTimer(sampling.AdaptiveSampling):
             cannot load, or inputs that do not fit the file.
     """
 
+    # Every sample kept, as ORT's chains keep theirs (`AdaptiveSampling`).
+    leaves_out_disturbed = False
+
     def __init__(
         self,
         path: str | os.PathLike,

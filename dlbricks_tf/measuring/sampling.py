@@ -5,9 +5,12 @@ interval is within `TimingOptions.precision` of the median, or a cap on
 samples or sampling time is reached (the result is then flagged noisy):
 `AdaptiveSampling` is that rule, and the rest every timer shares (the
 first batch prepares the timer, `restart` forgets the samples but not what
-was prepared, `result` summarises). `time_interleaved` samples several timers
-in rounds, so that measurements that will be compared (bricks and their
-whole model) are taken close together in time. `model_and_brick_options`
+was prepared, `result` summarises). Both the rule and the summary read
+only the samples not disturbed (`dlbricks_tf.measuring.disturbed`: none
+much slower than the timer's lower quartile, a neighbour's burst).
+`time_interleaved` samples several timers in rounds, so that
+measurements that will be compared (bricks and their whole model) are
+taken close together in time. `model_and_brick_options`
 builds the options of whole models and of bricks the way every front end
 does (the command line and the benchmarks).
 
@@ -30,6 +33,7 @@ from collections.abc import Callable, Sequence
 from typing import Protocol
 
 from dlbricks_tf import errors, stats
+from dlbricks_tf.measuring import disturbed
 
 # Samples a brick takes (in a chain: passes over it) before its models'
 # precision is judged: half the models' 10. A model's estimate sums tens
@@ -205,6 +209,11 @@ class AdaptiveSampling:
     """
 
     options: TimingOptions
+    # Whether `settled` and `result` leave out the disturbed samples
+    # (`disturbed`). ONNX Runtime's timers keep every sample: its chains
+    # are split by ORT's profiler and keep all theirs, and a whole model
+    # is compared with them.
+    leaves_out_disturbed = True
     # A `reference.ReferenceScale`, or None: each batch is scaled to the
     # machine's reference state, read right before it.
     scale = None
@@ -230,15 +239,18 @@ class AdaptiveSampling:
     def settled(self) -> bool:
         """Whether the median is known to the requested precision.
 
-        Judged on the unscaled samples times the median of the batches'
-        factors (see `ChainTimer.precise_samples`): on the common scale,
-        with the samples' own spread, not the reference's jitter.
+        Judged on the samples not disturbed, unscaled, times the median
+        of their batches' factors (see `ChainTimer.precise_samples`): on
+        the common scale, with the samples' own spread, not the
+        reference's jitter.
         """
         samples, factors = self._samples, self._factors
         if factors and len(factors) == len(samples):
+            keep = self._kept()
+            factors = [factors[i] for i in keep]
             common = stats.median(factors)
             samples = [
-                v / f * common for v, f in zip(samples, factors, strict=True)
+                self._samples[i] / self._factors[i] * common for i in keep
             ]
         return stats.is_settled(
             samples,
@@ -246,6 +258,22 @@ class AdaptiveSampling:
             self.options.min_samples,
             self.options.absolute_precision_ms,
         )
+
+    def _kept(self) -> list[int]:
+        """Indices of the samples not disturbed (`disturbed.kept`), read
+        on the unscaled samples; every index if the timer keeps all."""
+        if not self.leaves_out_disturbed:
+            return list(range(len(self._samples)))
+        return disturbed.kept(
+            [v / f for v, f in zip(self._samples, self._factors, strict=True)]
+        )
+
+    @property
+    def kept_samples(self) -> tuple[float, ...]:
+        """The samples a result summarises: those not disturbed, ms."""
+        if len(self._factors) != len(self._samples):
+            return tuple(self._samples)
+        return tuple(self._samples[i] for i in self._kept())
 
     @property
     def capped(self) -> bool:
@@ -383,7 +411,7 @@ class AdaptiveSampling:
         return batch
 
     def result(self) -> stats.Timing:
-        """Summarises the samples; noisy unless settled.
+        """Summarises the samples not disturbed; noisy unless settled.
 
         `dispatch_ms` is the cost of one call that no sample contains (see
         `dlbricks_tf.estimating.estimate`); `loop_overhead_ms` all that was
@@ -397,7 +425,7 @@ class AdaptiveSampling:
                 f"No samples of {self._what}; call sample()."
             )
         return stats.summarize(
-            self._samples,
+            self.kept_samples,
             noisy=not self.settled,
             calls_per_sample=self.calls_per_sample,
             dispatch_ms=self.dispatch_ms,

@@ -1,0 +1,66 @@
+"""Samples taken while a neighbour held the machine: told apart and left out.
+
+On a shared VM a neighbour takes a core, or the memory bus, for a second
+or two at a time, then lets go. Every op that runs meanwhile is slowed
+alike: beside a seeded neighbour spinning one core in bursts of 0.3-3 s,
+a chain's pass ran 1.55x its usual time in median and the whole model
+sampled at the same moments 1.45x (2026-12-06, 13 models; 540 pairs of a
+model's sample and a pass within 0.15 s of it, correlation 0.84). The
+reference workload read beside every sample does not follow such bursts:
+one reading moves by 17% from the next even on a quiet machine, so its
+window's median follows only what lasts longer. A timer that averages
+its samples through bursts then needs many more of them (a chain's mean
+over a mix of 1x and 1.6x passes converges slowly): beside that
+neighbour the chains sampled 3-4x as long as on a quiet machine, and
+past their whole models' own timing.
+
+So a timing is of the machine undisturbed, and a sample whose own timer
+saw it run much slower than its usual is left out: `kept` keeps a
+sample (a chain's pass, by the time of all its links together; a whole
+model's sample) at most `RATIO` times the lower quartile of its timer's
+samples so far. The rule reads each timer's own samples, so it needs no
+other clock and is the same for bricks and models; a neighbour busy all
+the time leaves the lower quartile where it puts it, and nothing is left
+out. A quiet machine's passes seldom reach 1.4x their lower quartile
+(3.7% of the 13 models' chain passes, 2026-12-06): those are left out
+of the bricks and of the models alike. Leaving out what is slower than
+1.25x left out more of a quiet run; 1.5x kept more of a neighbour's
+bursts (`docs/measuring.md`).
+
+Imports no TensorFlow.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+# A sample more than RATIO times its timer's lower quartile is disturbed.
+RATIO = 1.4
+# With fewer samples than this, every sample is kept: a lower quartile of
+# two or three samples says nothing of what the timer usually reads.
+MIN_SAMPLES = 4
+
+
+def kept(raw_ms: Sequence[float], ratio: float = RATIO) -> list[int]:
+    """Indices of the samples not taken as disturbed, in order.
+
+    Args:
+        raw_ms: A timer's samples so far, unscaled (as they ran: the
+            reference factors would blur a burst into its neighbours).
+        ratio: Samples above `ratio` times the lower quartile are left
+            out.
+
+    Returns:
+        Every index if there are fewer than `MIN_SAMPLES` samples or the
+        lower quartile is not positive; else those at most `ratio` times
+        it.
+    """
+    n = len(raw_ms)
+    if n < MIN_SAMPLES:
+        return list(range(n))
+    ordered = sorted(raw_ms)
+    quartile = ordered[(n - 1) // 4]
+    if not quartile > 0:
+        return list(range(n))
+    bound = ratio * quartile
+    return [i for i, v in enumerate(raw_ms) if v <= bound]
