@@ -81,6 +81,8 @@ def _job():
                 "end_to_end_wall_s": 2.0,
                 "steal_share": 0.05 * g,
                 "steal_peak_share": 0.25 * g,
+                "passes_left_out_share": 0.1 * g,
+                "model_samples_left_out_share": 0.02 * g,
                 "reference_ratio": 1.0 + 0.1 * g,
                 "reference_spread": 0.02,
                 "range_holds": 2,
@@ -153,6 +155,7 @@ def test_hparams_experiment_and_sessions(logs):
     assert metrics == {
         *board.METRICS,
         *board.STEAL_METRICS,
+        *board.LEFT_OUT_METRICS,
         *board.REFERENCE_METRICS,
         "corpus/range_holds",
         "corpus/flagged",
@@ -180,6 +183,12 @@ def test_steal_and_range_scalars_per_g(logs):
         assert _values(session, "corpus/steal_peak_share") == pytest.approx(
             {g: 0.25 * g}
         )
+        assert _values(
+            session, "corpus/passes_left_out_share"
+        ) == pytest.approx({g: 0.1 * g})
+        assert _values(
+            session, "corpus/model_samples_left_out_share"
+        ) == pytest.approx({g: 0.02 * g})
         assert _values(session, "corpus/reference_ratio") == pytest.approx(
             {g: 1.0 + 0.1 * g}
         )
@@ -188,7 +197,8 @@ def test_steal_and_range_scalars_per_g(logs):
     (corpus,) = _read(log_dir / "tables").Tensors("corpus")
     text = tf.make_ndarray(corpus.tensor_proto).item().decode()
     assert text.splitlines()[0].endswith(
-        "| steal_share | steal_peak_share | reference_ratio |"
+        "| steal_share | steal_peak_share | passes_left_out_share |"
+        " model_samples_left_out_share | reference_ratio |"
         " reference_spread | range_holds | flagged |"
     )
 
@@ -197,6 +207,7 @@ def test_a_report_without_steal_or_ranges_writes_neither(tmp_path):
     report, _ = _job()
     for row in report["corpus"]:
         del row["steal_share"], row["steal_peak_share"]
+        del row["passes_left_out_share"], row["model_samples_left_out_share"]
         del row["reference_ratio"], row["reference_spread"]
         del row["range_holds"], row["flagged"]
     for row in report["runs"]:
@@ -213,6 +224,7 @@ def test_a_report_without_steal_or_ranges_writes_neither(tmp_path):
     session = _read(tmp_path / "hparams" / "G=1")
     tags = set(session.Tags()["tensors"])
     assert not set(board.STEAL_METRICS) & tags
+    assert not set(board.LEFT_OUT_METRICS) & tags
     assert not set(board.REFERENCE_METRICS) & tags
     figures = board.result_figures(report["runs"][:2], 1)
     for figure in figures.values():

@@ -45,6 +45,15 @@ def test_the_ratio_is_the_bound():
     assert disturbed.kept(samples, ratio=1.5) == list(range(6))
 
 
+def test_a_tally_adds_timers_up_and_has_no_share_of_nothing():
+    tally = disturbed.Tally()
+    assert tally.share is None
+    tally.add(30, 3)
+    tally.add(10, 1)
+    assert (tally.taken, tally.left_out) == (40, 4)
+    assert tally.share == pytest.approx(0.1)
+
+
 class ScriptedTimer(sampling.AdaptiveSampling):
     """The shared protocol on given samples: one per `sample()`."""
 

@@ -147,6 +147,9 @@ def test_run_job_times_missing_bricks_and_stores_them(files, tmp_path):
     for c in report["corpus"]:
         # Setup (decompose, build, trace, warm up) is part of the campaign.
         assert 0 < c["campaign_setup_s"] < c["campaign_wall_s"]
+        # What was left out as disturbed: a share of what was taken.
+        assert 0 <= c["passes_left_out_share"] <= 1
+        assert 0 <= c["model_samples_left_out_share"] <= 1
     for row in report["runs"]:
         assert row["estimated_ms"] > 0 and row["measured_ms"] > 0
         assert row["new_unique_bricks"] >= 1

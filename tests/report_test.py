@@ -83,6 +83,23 @@ def test_format_report_shows_the_reference_after_the_steal():
     assert lines[-1].endswith("| 0.0 (0.0) | 1.083 (4.1%) |")
 
 
+def test_format_report_shows_what_was_left_out_after_the_steal():
+    corpus = [
+        {
+            **REPORT["corpus"][0],
+            "steal_share": 0.0,
+            "steal_peak_share": 0.0,
+            "passes_left_out_share": 0.2345,
+            "model_samples_left_out_share": None,
+        }
+    ]
+    lines = report.format_report({**REPORT, "corpus": corpus}).splitlines()
+    assert lines[-3].endswith(
+        "| steal % (peak) | left out % (passes / models) |"
+    )
+    assert lines[-1].endswith("| 0.0 (0.0) | 23.4 / - |")
+
+
 def test_format_report_adds_the_repeat_column():
     corpus = [{**REPORT["corpus"][0], "repeat_median_rel_diff": 0.0123}]
     text = report.format_report({**REPORT, "corpus": corpus})

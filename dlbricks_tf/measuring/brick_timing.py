@@ -110,6 +110,9 @@ class BrickSummary:
         failed: (key, reason) of each brick recorded as failed.
         stopped: Whether `stop` ended the call before every brick.
         wall_s: Wall-clock seconds of the call.
+        passes: Samples of TensorFlow's chains' links taken (0 for other
+            protocols and backends).
+        passes_left_out: Of those, the ones left out as disturbed.
     """
 
     timed: tuple[str, ...] = ()
@@ -118,6 +121,8 @@ class BrickSummary:
     failed: tuple[tuple[str, str], ...] = ()
     stopped: bool = False
     wall_s: float = 0.0
+    passes: int = 0
+    passes_left_out: int = 0
 
     @property
     def measurements(self) -> int:
@@ -310,6 +315,8 @@ def time_bricks(
             failed=tuple(failed),
             stopped=summary.stopped,
             wall_s=time.perf_counter() - start,
+            passes=summary.passes,
+            passes_left_out=summary.passes_left_out,
         )
 
     by_key = {b.key: b for b in unique}

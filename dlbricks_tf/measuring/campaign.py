@@ -127,6 +127,10 @@ class CampaignSummary:
         sampling_s: Seconds in calls that took samples.
         stopped: Whether `stop` ended the campaign early.
         failed: Keys handed to `on_failure` (not built or not timed).
+        passes: Samples taken of the chains' links (passes, or groups of
+            passes of a chain of short bricks).
+        passes_left_out: Of those, the ones left out as disturbed
+            (`dlbricks_tf.measuring.disturbed`).
     """
 
     timed: tuple[str, ...]
@@ -136,6 +140,8 @@ class CampaignSummary:
     sampling_s: float
     stopped: bool = False
     failed: tuple[str, ...] = ()
+    passes: int = 0
+    passes_left_out: int = 0
 
 
 def ordered(
@@ -220,7 +226,13 @@ def time_chains(
     timed: list[str] = []
     noisy: list[str] = []
     failed: list[str] = []
-    clock = {"setup": 0.0, "sampling": 0.0, "chains": 0}
+    clock = {
+        "setup": 0.0,
+        "sampling": 0.0,
+        "chains": 0,
+        "passes": 0,
+        "left_out": 0,
+    }
     stopped = False
 
     def run(chain_bricks: list[tuple[ChainedBrick, Any]]) -> bool:
@@ -283,6 +295,8 @@ def time_chains(
     def commit(chain: Any, holding: frozenset[str]) -> None:
         clock["setup"] += chain.prepare_seconds
         clock["sampling"] += chain.sampling_seconds
+        clock["passes"] += chain.sample_count
+        clock["left_out"] += chain.sample_count - chain.kept_count
         for i, key in enumerate(chain.keys):
             result = chain.result(i, noisy=key in holding)
             known_ms[key] = result.center_ms
@@ -408,4 +422,6 @@ def time_chains(
         sampling_s=clock["sampling"],
         stopped=stopped,
         failed=tuple(failed),
+        passes=clock["passes"],
+        passes_left_out=clock["left_out"],
     )

@@ -32,6 +32,7 @@ Imports no TensorFlow.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Sequence
 
 # A sample more than RATIO times its timer's lower quartile is disturbed.
@@ -64,3 +65,25 @@ def kept(raw_ms: Sequence[float], ratio: float = RATIO) -> list[int]:
         return list(range(n))
     bound = ratio * quartile
     return [i for i, v in enumerate(raw_ms) if v <= bound]
+
+
+@dataclasses.dataclass
+class Tally:
+    """Samples taken and left out as disturbed, summed over timers.
+
+    A run reports the share of its chains' passes and of its whole
+    models' samples that it left out: how disturbed the machine was.
+    """
+
+    taken: int = 0
+    left_out: int = 0
+
+    def add(self, taken: int, left_out: int) -> None:
+        """Counts one timer's (or campaign's) samples."""
+        self.taken += taken
+        self.left_out += left_out
+
+    @property
+    def share(self) -> float | None:
+        """Left out / taken; None if nothing was taken."""
+        return self.left_out / self.taken if self.taken else None

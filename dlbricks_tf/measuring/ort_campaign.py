@@ -92,6 +92,8 @@ class OrtCampaignSummary:
             warming them up (converting not counted).
         sampling_s: Seconds taking samples and profiled runs.
         stopped: Whether `stop` ended the call early.
+        passes, passes_left_out: Always 0: ONNX Runtime's chains keep
+            every sample (`AdaptiveSampling.leaves_out_disturbed`).
     """
 
     timed: tuple[str, ...] = ()
@@ -101,6 +103,8 @@ class OrtCampaignSummary:
     setup_s: float = 0.0
     sampling_s: float = 0.0
     stopped: bool = False
+    passes: int = 0
+    passes_left_out: int = 0
 
 
 def segments_of(

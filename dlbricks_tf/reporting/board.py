@@ -11,6 +11,8 @@ Runs written under the log directory:
                      has it)
     hparams/G=<g>    one session per G with its metric scalars, among them
                      corpus/steal_share and corpus/steal_peak_share,
+                     corpus/passes_left_out_share and
+                     corpus/model_samples_left_out_share,
                      corpus/reference_ratio and corpus/reference_spread,
                      and corpus/flagged (ranges wider than +-10%)
     tables           Markdown tables (text dashboard): results, corpus,
@@ -68,6 +70,13 @@ METRICS = {
 STEAL_METRICS = {
     "corpus/steal_share": "hypervisor steal share",
     "corpus/steal_peak_share": "peak hypervisor steal share",
+}
+# And the share of the chains' passes and of the whole models' samples
+# left out as disturbed (`dlbricks_tf.measuring.disturbed`).
+LEFT_OUT_METRICS = {
+    "corpus/passes_left_out_share": "chain passes left out as disturbed",
+    "corpus/model_samples_left_out_share": "model samples left out as "
+    "disturbed",
 }
 # And the reference (`dlbricks_tf.measuring.reference`), when the run read
 # it: its median reading over the machine's reference state, and its spread.
@@ -186,8 +195,14 @@ def _hparams(log_dir: Path, report: Mapping[str, Any]) -> None:
 
 
 def _present_metrics(corpus: Sequence[Mapping[str, Any]]) -> dict[str, str]:
-    """The steal, reference and range metrics some corpus row has."""
-    present = {**STEAL_METRICS, **REFERENCE_METRICS, **RANGE_METRICS}
+    """The steal, left-out, reference and range metrics some corpus row
+    has."""
+    present = {
+        **STEAL_METRICS,
+        **LEFT_OUT_METRICS,
+        **REFERENCE_METRICS,
+        **RANGE_METRICS,
+    }
     return {
         tag: name
         for tag, name in present.items()

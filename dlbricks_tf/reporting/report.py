@@ -123,6 +123,16 @@ def format_report(report: Mapping[str, Any]) -> str:
     steal = any(c.get("steal_share") is not None for c in report["corpus"])
     if steal:
         header, rule = header + " steal % (peak) |", rule + "---:|"
+    left_out = any(
+        c.get("passes_left_out_share") is not None
+        or c.get("model_samples_left_out_share") is not None
+        for c in report["corpus"]
+    )
+    if left_out:
+        header, rule = (
+            header + " left out % (passes / models) |",
+            (rule + "---:|"),
+        )
     ref = any(c.get("reference_ratio") is not None for c in report["corpus"])
     if ref:
         header, rule = header + " reference x (spread) |", rule + "---:|"
@@ -171,6 +181,13 @@ def format_report(report: Mapping[str, Any]) -> str:
             line += (
                 f" {_f(None if share is None else 100 * share, 1)}"
                 f" ({_f(None if peak is None else 100 * peak, 1)}) |"
+            )
+        if left_out:
+            passes = c.get("passes_left_out_share")
+            samples = c.get("model_samples_left_out_share")
+            line += (
+                f" {_f(None if passes is None else 100 * passes, 1)}"
+                f" / {_f(None if samples is None else 100 * samples, 1)} |"
             )
         if ref:
             spread = c.get("reference_spread")

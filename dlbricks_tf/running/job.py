@@ -48,8 +48,8 @@ from dlbricks_tf.estimating import anchors as anchors_lib
 from dlbricks_tf.estimating import ranges
 from dlbricks_tf.estimating.rows import corpus_row, model_row
 from dlbricks_tf.machine.fingerprint import system_fingerprint
+from dlbricks_tf.measuring import disturbed, rounds, steal
 from dlbricks_tf.measuring import reference as reference_lib
-from dlbricks_tf.measuring import rounds, steal
 from dlbricks_tf.models.sources import (  # noqa: F401 (the job's names for them)
     MODEL_FILE_SUFFIXES,
     ModelSource,
@@ -376,6 +376,9 @@ def run_granularity(
         total = done[0] + len(sources)
 
     runs = []
+    # Chains' passes and whole models' samples, and how many were left out
+    # as disturbed (a neighbour's burst).
+    passes, model_samples = disturbed.Tally(), disturbed.Tally()
     for source in sources:
         keras.backend.clear_session()
         d = decompositions[source.name]
@@ -430,6 +433,9 @@ def run_granularity(
         remeasured.extend(summary.remeasured)
         new_bricks = len(summary.timed)
         measured[source.name] = model_rounds.finish()
+        passes.add(summary.passes, summary.passes_left_out)
+        taken = len(model_timer.samples)
+        model_samples.add(taken, taken - len(model_timer.kept_samples))
         store.put_model(
             source.name, settings, fingerprint, measured[source.name]
         )
@@ -495,7 +501,12 @@ def run_granularity(
     meter.stop()
     # Each range gains the machine's variation, seen in the other models.
     ranges.widen(runs)
-    machine = {**meter.summary(), **(scale.summary() if scale else {})}
+    machine = {
+        **meter.summary(),
+        "passes_left_out_share": passes.share,
+        "model_samples_left_out_share": model_samples.share,
+        **(scale.summary() if scale else {}),
+    }
     timed_bricks = total - len(sources) - len(failed)
     budget_figures = {}
     if spent is not None:
