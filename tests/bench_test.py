@@ -110,8 +110,9 @@ def test_noisy_brick_is_measured_twice_and_stored_flagged(tmp_path):
     assert summary.noisy == suite.signatures
     assert summary.measurements == 2 * len(suite)
     assert all(results[s].noisy for s in suite.signatures)
-    # Each stored timing is one measurement's: at most the cap of samples.
-    assert {results[s].samples for s in suite.signatures} <= {3, 4}
+    # Each stored timing is one measurement's: at most the cap of samples
+    # (fewer if some were left out as disturbed).
+    assert all(1 <= results[s].samples <= 4 for s in suite.signatures)
     with sqlite3.connect(path) as db:
         flagged = db.execute(
             "SELECT COUNT(*) FROM brick_results WHERE noisy = 1"

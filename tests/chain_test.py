@@ -226,7 +226,10 @@ def test_a_brick_a_model_calls_often_gets_one_link_per_pass():
         on_result=committed.__setitem__,
         check_settings=CHECKED,
     )
-    assert {r.samples for r in committed.values()} == {4}
+    # As many samples of it as of every other brick: one a pass (at most
+    # the 4 passes; fewer if a pass was left out as disturbed).
+    (samples,) = {r.samples for r in committed.values()}
+    assert 1 <= samples <= 4
 
 
 def test_a_stop_request_keeps_the_chains_already_committed():

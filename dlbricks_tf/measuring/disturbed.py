@@ -6,12 +6,13 @@ alike: beside a seeded neighbour spinning one core in bursts of 0.3-3 s,
 a chain's pass ran 1.55x its usual time in median and the whole model
 sampled at the same moments 1.45x (2026-12-06, 13 models; 540 pairs of a
 model's sample and a pass within 0.15 s of it, correlation 0.84). The
-reference workload read beside every sample does not follow such bursts:
-one reading moves by 17% from the next even on a quiet machine, so its
+reference workload read beside every sample does not follow such bursts
+(beside that neighbour one reading moved by 17% from the next and
+followed the call before it with a correlation of 0.33), so its
 window's median follows only what lasts longer. A timer that averages
 its samples through bursts then needs many more of them (a chain's mean
 over a mix of 1x and 1.6x passes converges slowly): beside that
-neighbour the chains sampled 3-4x as long as on a quiet machine, and
+neighbour the chains sampled 3-5x as long as on a quiet machine, and
 past their whole models' own timing.
 
 So a timing is of the machine undisturbed, and a sample whose own timer
@@ -25,7 +26,9 @@ out. A quiet machine's passes seldom reach 1.4x their lower quartile
 (3.7% of the 13 models' chain passes, 2026-12-06): those are left out
 of the bricks and of the models alike. Leaving out what is slower than
 1.25x left out more of a quiet run; 1.5x kept more of a neighbour's
-bursts (`docs/measuring.md`).
+bursts. What the rule cannot tell apart: a sample longer than the
+bursts (every one holds a piece of one), and a brick whose own time has
+two modes (`docs/measuring.md`).
 
 Imports no TensorFlow.
 """
