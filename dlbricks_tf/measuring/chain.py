@@ -66,6 +66,20 @@ TARGET_SAMPLE_MS = 20.0
 MAX_PASSES = 200
 
 
+@dataclasses.dataclass(frozen=True)
+class _Kept:
+    """A chain's passes not disturbed, after `passes` passes: their
+    indices, the median of their reference factors, and their empty
+    links' median (scaled and unscaled) and mean (scaled), ms."""
+
+    passes: int
+    indices: list[int]
+    factor: float
+    link_ms: float
+    link_mean_ms: float
+    raw_link_ms: float
+
+
 class ChainTimer:
     """Times a chain of bricks, one sample of every link per call.
 
@@ -185,7 +199,7 @@ class ChainTimer:
         self._factors: list[float] = []
         # Each pass's links summed, unscaled: what tells a disturbed pass.
         self._totals: list[float] = []
-        self._kept_cache: tuple[int, list[int]] = (0, [])
+        self._kept_cache: _Kept | None = None
         self._prepare_s = 0.0
         self._sampling_s = 0.0
         # What `prepare_together` caught preparing it: raised by `sample`.
@@ -222,33 +236,49 @@ class ChainTimer:
 
     def _kept(self) -> list[int]:
         """The passes not disturbed (`disturbed.kept` on their totals)."""
-        if self._kept_cache[0] != len(self._totals):
-            self._kept_cache = (
-                len(self._totals),
-                disturbed.kept(self._totals),
-            )
-        return self._kept_cache[1]
+        return self._kept_passes().indices
 
-    def _kept_empty(self, values: Sequence[float]) -> list[float]:
-        """The empty links' values (scaled or raw) of the kept passes."""
-        per_pass = self._layout.count(None)
-        return [
-            v
-            for j in self._kept()
-            for v in values[j * per_pass : (j + 1) * per_pass]
-        ]
+    def _kept_passes(self) -> _Kept:
+        """What every brick reads of the passes not disturbed, worked out
+        once per pass taken (the stopping rule reads every brick after
+        each pass)."""
+        if self._kept_cache is None or self._kept_cache.passes != len(
+            self._totals
+        ):
+            kept = disturbed.kept(self._totals)
+            per_pass = self._layout.count(None)
+
+            def empty(values: Sequence[float]) -> list[float]:
+                return [
+                    v
+                    for j in kept
+                    for v in values[j * per_pass : (j + 1) * per_pass]
+                ]
+
+            scaled, raw = empty(self._empty), empty(self._raw_empty)
+            self._kept_cache = _Kept(
+                passes=len(self._totals),
+                indices=kept,
+                factor=(
+                    stats.median([self._factors[j] for j in kept])
+                    if kept
+                    else 1.0
+                ),
+                link_ms=stats.median(scaled) if scaled else 0.0,
+                link_mean_ms=math.fsum(scaled) / len(scaled) if scaled else 0.0,
+                raw_link_ms=stats.median(raw) if raw else 0.0,
+            )
+        return self._kept_cache
 
     @property
     def link_ms(self) -> float:
         """Per-call cost of one link (median of the empty links, ms)."""
-        empty = self._kept_empty(self._empty)
-        return stats.median(empty) if empty else 0.0
+        return self._kept_passes().link_ms
 
     @property
     def link_mean_ms(self) -> float:
         """Mean per-call cost of one link (of the empty links, ms)."""
-        empty = self._kept_empty(self._empty)
-        return math.fsum(empty) / len(empty) if empty else 0.0
+        return self._kept_passes().link_mean_ms
 
     def _call(self, n: int, read: bool = False) -> np.ndarray:
         """Per-pass ms of every link (bricks and empty), over n passes.
@@ -356,11 +386,9 @@ class ChainTimer:
         """
         if not self._raw[index]:
             return []
-        kept = self._kept()
-        factor = stats.median([self._factors[j] for j in kept])
-        empty = self._kept_empty(self._raw_empty)
-        link = stats.median(empty) if empty else 0.0
-        return [max(self._raw[index][j] - link, 0.0) * factor for j in kept]
+        kept = self._kept_passes()
+        raw, link = self._raw[index], kept.raw_link_ms
+        return [max(raw[j] - link, 0.0) * kept.factor for j in kept.indices]
 
     def result(self, index: int, noisy: bool) -> stats.Timing:
         """Summary of brick `index`; `noisy` as the caller judged it.
