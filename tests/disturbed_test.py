@@ -60,7 +60,7 @@ class ScriptedTimer(sampling.AdaptiveSampling):
     def __init__(self, values, options):
         self.options = options
         self._values = iter(values)
-        self._samples, self._factors = [], []
+        self._samples, self._factors, self._crowded = [], [], []
         self._sampling_s = self._prepare_s = 0.0
         self._copies, self._n, self._s = 1, 1, 1
 

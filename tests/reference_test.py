@@ -25,6 +25,7 @@ class FakeTimer(sampling.AdaptiveSampling):
         self._cost, self._slowdown = cost, slowdown
         self._samples, self._sampling_s, self._prepare_s = [], 0.0, 0.0
         self._factors = []
+        self._crowded = []
         self._copies, self._n, self._s = 1, 0, count
 
     def _prepare(self):

@@ -18,6 +18,7 @@ class FakeTimer(sampling.AdaptiveSampling):
         self.options = options
         self._samples, self._sampling_s, self._s = [], 0.0, per_batch
         self._factors = []
+        self._crowded = []
         self.value, self.batches = value, 0
 
     def sample(self):

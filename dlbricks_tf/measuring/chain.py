@@ -55,7 +55,7 @@ from dlbricks_tf import stats
 from dlbricks_tf.cutting import synthetic
 from dlbricks_tf.machine import process as process_lib
 from dlbricks_tf.machine import settings as settings_lib
-from dlbricks_tf.measuring import chain_graph, disturbed
+from dlbricks_tf.measuring import chain_graph, crowding, disturbed
 from dlbricks_tf.measuring.timing import MeasurementError
 
 # Empty links per chain: enough for a steady median of the link cost.
@@ -199,6 +199,8 @@ class ChainTimer:
         self._factors: list[float] = []
         # Each pass's links summed, unscaled: what tells a disturbed pass.
         self._totals: list[float] = []
+        # Whether other work took the CPUs during each sample (`crowding`).
+        self._crowded: list[bool] = []
         self._kept_cache: _Kept | None = None
         self._prepare_s = 0.0
         self._sampling_s = 0.0
@@ -245,7 +247,7 @@ class ChainTimer:
         if self._kept_cache is None or self._kept_cache.passes != len(
             self._totals
         ):
-            kept = disturbed.kept(self._totals)
+            kept = disturbed.kept(self._totals, crowded=self._crowded)
             per_pass = self._layout.count(None)
 
             def empty(values: Sequence[float]) -> list[float]:
@@ -344,13 +346,18 @@ class ChainTimer:
             self._prepare()
         start = time.perf_counter()  # The reading counts as sampling.
         if self._graph is not None:
+            before = crowding.read()
             raw = self._call(self._n, read=True).tolist()
+            after = crowding.read()
             factor = self.scale.factor_of(self._reading)
         else:
             factor = self.scale.factor() if self.scale is not None else 1.0
+            before = crowding.read()
             raw = self._call(self._n).tolist()
+            after = crowding.read()
         self._sampling_s += time.perf_counter() - start
         self._factors.append(factor)
+        self._crowded.append(crowding.crowded(before, after))
         self._totals.append(math.fsum(raw))
         for owner, value in zip(self._layout, raw, strict=True):
             if owner is None:

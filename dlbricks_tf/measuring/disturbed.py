@@ -45,7 +45,12 @@ RATIO = 1.4
 MIN_SAMPLES = 4
 
 
-def kept(raw_ms: Sequence[float], ratio: float = RATIO) -> list[int]:
+def kept(
+    raw_ms: Sequence[float],
+    ratio: float = RATIO,
+    *,
+    crowded: Sequence[bool] | None = None,
+) -> list[int]:
     """Indices of the samples not taken as disturbed, in order.
 
     Args:
@@ -53,21 +58,30 @@ def kept(raw_ms: Sequence[float], ratio: float = RATIO) -> list[int]:
             reference factors would blur a burst into its neighbours).
         ratio: Samples above `ratio` times the lower quartile are left
             out.
+        crowded: Per sample, whether other work took the CPUs while it
+            ran (`dlbricks_tf.measuring.crowding`); None for none.
 
     Returns:
-        Every index if there are fewer than `MIN_SAMPLES` samples or the
-        lower quartile is not positive; else those at most `ratio` times
-        it.
+        Those at most `ratio` times the lower quartile (every index if
+        there are fewer than `MIN_SAMPLES` samples or the lower quartile
+        is not positive), less the crowded ones. If that leaves none,
+        the crowded ones are kept: a neighbour busy all the time left no
+        other sample, and the lower quartile follows it.
     """
     n = len(raw_ms)
-    if n < MIN_SAMPLES:
-        return list(range(n))
-    ordered = sorted(raw_ms)
-    quartile = ordered[(n - 1) // 4]
-    if not quartile > 0:
-        return list(range(n))
-    bound = ratio * quartile
-    return [i for i, v in enumerate(raw_ms) if v <= bound]
+    if crowded is not None and len(crowded) != n:
+        raise ValueError(f"{len(crowded)} crowded flags for {n} samples")
+    indices = list(range(n))
+    if n >= MIN_SAMPLES:
+        quartile = sorted(raw_ms)[(n - 1) // 4]
+        if quartile > 0:
+            bound = ratio * quartile
+            indices = [i for i in indices if raw_ms[i] <= bound]
+    if crowded is not None:
+        uncrowded = [i for i in indices if not crowded[i]]
+        if uncrowded:
+            return uncrowded
+    return indices
 
 
 @dataclasses.dataclass

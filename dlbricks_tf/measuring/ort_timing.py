@@ -185,6 +185,7 @@ class OrtTimer(sampling.AdaptiveSampling):
         self._runs = 0
         self._samples: list[float] = []
         self._factors: list[float] = []
+        self._crowded: list[bool] = []
         self._sampling_s = 0.0
         self._prepare_s = 0.0
         self._n = 0  # Iterations per sample; K = n * copies.

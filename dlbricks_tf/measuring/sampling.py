@@ -33,7 +33,7 @@ from collections.abc import Callable, Sequence
 from typing import Protocol
 
 from dlbricks_tf import errors, stats
-from dlbricks_tf.measuring import disturbed
+from dlbricks_tf.measuring import crowding, disturbed
 
 # Samples a brick takes (in a chain: passes over it) before its models'
 # precision is judged: half the models' 10. A model's estimate sums tens
@@ -201,7 +201,9 @@ class AdaptiveSampling:
     and keeps what was prepared.
 
     Subclasses set `options`, `_samples` (ms per call), `_factors` (each
-    sample's reference factor, empty), `_sampling_s`, `_prepare_s`,
+    sample's reference factor, empty), `_crowded` (whether other work
+    took the CPUs during each sample's batch, `crowding`; empty),
+    `_sampling_s`, `_prepare_s`,
     `_copies` (model calls per loop iteration), `_n` (loop
     iterations per sample, 0 until prepared) and `_s` (samples per batch),
     and define `_prepare`, `_take`, `dispatch_ms`, `overhead_per_call_ms`
@@ -224,6 +226,7 @@ class AdaptiveSampling:
     _reading = 0.0
     _samples: list[float]
     _factors: list[float]
+    _crowded: list[bool]
     _sampling_s: float
     _prepare_s: float
     _copies: int
@@ -265,7 +268,8 @@ class AdaptiveSampling:
         if not self.leaves_out_disturbed:
             return list(range(len(self._samples)))
         return disturbed.kept(
-            [v / f for v, f in zip(self._samples, self._factors, strict=True)]
+            [v / f for v, f in zip(self._samples, self._factors, strict=True)],
+            crowded=self._crowded,
         )
 
     @property
@@ -375,6 +379,7 @@ class AdaptiveSampling:
         """
         self._samples = []
         self._factors = []
+        self._crowded = []
         self._sampling_s = 0.0
         return self
 
@@ -399,14 +404,18 @@ class AdaptiveSampling:
         factor = 1.0
         if self.scale is not None and not graph:
             factor = self.scale.factor()
+        before = crowding.read() if self.leaves_out_disturbed else None
         start = time.perf_counter()
         batch = self._take(count)
         self._sampling_s += time.perf_counter() - start
+        after = crowding.read() if before is not None else None
+        crowded = crowding.crowded(before, after)
         if graph:
             factor = self.scale.factor_of(self._reading)
         if factor != 1.0:
             batch = [v * factor for v in batch]
         self._factors += [factor] * len(batch)  # For `settled`.
+        self._crowded += [crowded] * len(batch)
         self._samples += batch
         return batch
 

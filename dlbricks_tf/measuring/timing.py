@@ -200,6 +200,7 @@ class Timer(AdaptiveSampling):
         self._run = None
         self._samples: list[float] = []
         self._factors: list[float] = []
+        self._crowded: list[bool] = []
         self._sampling_s = 0.0
         self._dispatches = 0
         self._prepare_s = 0.0
