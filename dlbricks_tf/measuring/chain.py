@@ -13,7 +13,9 @@ what reading a stamp and handing over to the next op costs (the link cost).
 One sample of every link is the mean over enough passes to last
 `TARGET_SAMPLE_MS` (one pass for most chains). A sample whose links add
 up to much more than the chain's usual (a neighbour's burst,
-`dlbricks_tf.measuring.disturbed`) is left out of every link's timing.
+`dlbricks_tf.measuring.disturbed`), or during which other work took the
+CPUs (`dlbricks_tf.measuring.crowding`), is left out of every link's
+timing.
 
 Why a chain and not a loop per brick: the trace, the grappler pass and the
 instantiation of a `tf.function` cost a fixed 20-250 ms whatever it holds,
@@ -345,16 +347,14 @@ class ChainTimer:
         if not self._n:
             self._prepare()
         start = time.perf_counter()  # The reading counts as sampling.
+        before = crowding.read()  # The reference's work is this process's.
         if self._graph is not None:
-            before = crowding.read()
             raw = self._call(self._n, read=True).tolist()
-            after = crowding.read()
             factor = self.scale.factor_of(self._reading)
         else:
             factor = self.scale.factor() if self.scale is not None else 1.0
-            before = crowding.read()
             raw = self._call(self._n).tolist()
-            after = crowding.read()
+        after = crowding.read()
         self._sampling_s += time.perf_counter() - start
         self._factors.append(factor)
         self._crowded.append(crowding.crowded(before, after))

@@ -26,9 +26,11 @@ out. A quiet machine's passes seldom reach 1.4x their lower quartile
 (3.7% of the 13 models' chain passes, 2026-12-06): those are left out
 of the bricks and of the models alike. Leaving out what is slower than
 1.25x left out more of a quiet run; 1.5x kept more of a neighbour's
-bursts. What the rule cannot tell apart: a sample longer than the
-bursts (every one holds a piece of one), and a brick whose own time has
-two modes (`docs/measuring.md`).
+bursts. A sample longer than the bursts holds a piece of one every
+time, so its time cannot tell it: a sample during which other work took
+the CPUs (`dlbricks_tf.measuring.crowding`, from /proc/stat) is left
+out as well, unless every sample was. What neither rule tells apart: a
+brick whose own time has two modes (`docs/measuring.md`).
 
 Imports no TensorFlow.
 """

@@ -7,7 +7,8 @@ samples or sampling time is reached (the result is then flagged noisy):
 first batch prepares the timer, `restart` forgets the samples but not what
 was prepared, `result` summarises). Both the rule and the summary read
 only the samples not disturbed (`dlbricks_tf.measuring.disturbed`: none
-much slower than the timer's lower quartile, a neighbour's burst).
+much slower than the timer's lower quartile, a neighbour's burst, and
+none whose batch other work crowded, `dlbricks_tf.measuring.crowding`).
 `time_interleaved` samples several timers in rounds, so that
 measurements that will be compared (bricks and their whole model) are
 taken close together in time. `model_and_brick_options`
