@@ -6,8 +6,11 @@ than the bursts defeats that: every one holds a piece of a burst, so the
 lower quartile moves up with them and none is left out, while the
 bricks' short passes, left out when a burst hits them, read the machine
 undisturbed. Beside a seeded neighbour spinning one of two cores in
-bursts of 0.3-3 s, ConvNeXtLarge (about 1 s a call) read 0.76 of its
-bricks' sum for that reason, ConvNeXtXLarge 0.73 (2026-12-06).
+bursts of 0.3-3 s, the bricks of ConvNeXtLarge (about 1 s a call)
+summed to 0.76 of its measured time for that reason, ConvNeXtXLarge's
+to 0.73 (2026-12-06). A model whose every sample is crowded still
+falls back on its samples' times (`disturbed.kept`): ConvNeXtXLarge's
+1.6-2 s calls seldom fit in that neighbour's pauses.
 
 The kernel counts what the CPUs did meanwhile. Between two readings of
 /proc/stat, the jiffies the CPUs this process may run on spent busy
@@ -17,7 +20,7 @@ which other work took more than `SHARE` of those CPUs' time, plus
 `SLACK_JIFFIES` for the counters' tick-granularity, is *crowded*. Timed
 around each ConvNeXtLarge call (2 threads on 2 vCPUs; a throw-away
 script, 2026-12-06): quiet, other work took -2% to 1% of the CPUs; beside
-the spinner 0-45%, and the 19 of 60 calls under 3% took 0.98-1.10 s, as
+the spinner 0-45%, and the 17 of 60 calls under 3% took 0.98-1.11 s, as
 the quiet calls did (1.00-1.09 s), against up to 1.83 s for the others.
 
 What it sees: processes beside this one and other guests' steal. What
