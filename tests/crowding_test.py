@@ -16,7 +16,7 @@ import pytest
 import dlbricks_tf
 from dlbricks_tf.cutting import suite as suite_lib
 from dlbricks_tf.measuring import chain, crowding, disturbed, sampling, steal
-from tests import models
+from tests import models, scripted
 
 SETTINGS, CHECKED = models.settings()
 HZ = crowding._hz()
@@ -98,31 +98,15 @@ def test_this_process_spinning_does_not_crowd_its_own_sample():
     assert crowding.others_jiffies(before, after) < 0.25 * HZ
 
 
-class ScriptedTimer(sampling.AdaptiveSampling):
-    """The shared protocol on given samples: one per `sample()`; the
-    batches listed in `beside` run while another process spins a CPU."""
-
-    def __init__(self, values, options, beside=()):
-        self.options = options
-        self._values = iter(values)
-        self._beside = set(beside)
-        self._samples, self._factors, self._crowded = [], [], []
-        self._sampling_s = self._prepare_s = 0.0
-        self._copies, self._n, self._s = 1, 1, 1
-
-    def _take(self, count):
-        if len(self._samples) in self._beside:
-            _spinning(0.4)
-        return [next(self._values) for _ in range(count)]
-
-    dispatch_ms = overhead_per_call_ms = 0.0
-    _what = "a scripted timer"
-
-
 def test_a_timer_leaves_out_a_sample_other_work_crowded():
     values = [2.0, 2.0, 2.2, 2.0, 2.0, 2.0]
     options = sampling.TimingOptions(min_samples=2, max_samples=6)
-    timer = ScriptedTimer(values, options, beside=[2])
+
+    def during(taken):
+        if taken == 2:  # The third sample, while another process spins.
+            _spinning(0.4)
+
+    timer = scripted.ScriptedTimer(values, options, during=during)
     for _ in range(6):
         timer.sample()
     assert timer._crowded[2]

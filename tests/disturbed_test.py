@@ -12,7 +12,7 @@ import dlbricks_tf
 from dlbricks_tf import stats
 from dlbricks_tf.cutting import suite as suite_lib
 from dlbricks_tf.measuring import chain, disturbed, sampling
-from tests import models
+from tests import models, scripted
 
 SETTINGS, CHECKED = models.settings()
 
@@ -54,28 +54,11 @@ def test_a_tally_adds_timers_up_and_has_no_share_of_nothing():
     assert tally.share == pytest.approx(0.1)
 
 
-class ScriptedTimer(sampling.AdaptiveSampling):
-    """The shared protocol on given samples: one per `sample()`."""
-
-    def __init__(self, values, options):
-        self.options = options
-        self._values = iter(values)
-        self._samples, self._factors, self._crowded = [], [], []
-        self._sampling_s = self._prepare_s = 0.0
-        self._copies, self._n, self._s = 1, 1, 1
-
-    def _take(self, count):
-        return [next(self._values) for _ in range(count)]
-
-    dispatch_ms = overhead_per_call_ms = 0.0
-    _what = "a scripted timer"
-
-
 def test_a_timer_summarises_and_stops_on_the_samples_not_disturbed():
     # Ten undisturbed samples, and a burst of four among them.
     values = [2.0] * 4 + [3.4] * 4 + [2.0] * 6
     options = sampling.TimingOptions(precision=0.01, min_samples=10)
-    timer = ScriptedTimer(values, options)
+    timer = scripted.ScriptedTimer(values, options)
     for _ in range(13):
         timer.sample()
         assert not timer.settled  # 9 undisturbed samples at most.
