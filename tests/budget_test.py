@@ -127,6 +127,41 @@ def test_a_round_samples_to_a_quarter_of_the_ranges_variance():
     assert budget.round_options(looser).precision == 0.08
 
 
+def test_a_round_times_each_chosen_brick_after_the_bricks_before_it():
+    # The chains' order: a0 a1 a2 a3 of one model, then b0 b1 of another.
+    order = ["a0", "a1", "a2", "a3", "b0", "b1"]
+    position = {s: i for i, s in enumerate(order)}
+    costs = dict.fromkeys(order, 1.0)
+    # a0 is timed already (not ranked); a3 and b1 are the best.
+    ranked = ["a3", "b1", "a2", "a1", "b0"]
+    assert budget.LEAD_IN == 2
+    batch = budget.round_bricks(ranked, costs, 100.0, position, 128)
+    # a3 after a1 and a2, b1 after b0 (a3, two before b1, is in the round
+    # already), in the chains' order; a2, a1 and b0 were led in, so
+    # nothing is chosen twice.
+    assert batch == ["a1", "a2", "a3", "b0", "b1"]
+    # A lead-in's cost counts: a3 and its two lead-ins fit 3 s, b1 and b0
+    # do not fit what is left; the first group is always taken.
+    assert budget.round_bricks(ranked, costs, 4.0, position, 128) == [
+        "a1",
+        "a2",
+        "a3",
+    ]
+    assert budget.round_bricks(ranked, costs, 0.5, position, 128) == [
+        "a1",
+        "a2",
+        "a3",
+    ]
+    # A chain holds at most `most` links.
+    assert budget.round_bricks(ranked, costs, 100.0, position, 4) == [
+        "a1",
+        "a2",
+        "a3",
+    ]
+    # A brick at the start of the order has no lead-in.
+    assert budget.round_bricks(["a0"], costs, 1.0, position, 128) == ["a0"]
+
+
 def test_a_corrected_prediction_carries_its_kinds_error_not_the_cvs():
     d = dlbricks_tf.decompose(models.chain()[0], 1)
     counts = collections.Counter(b.signature for b in d.bricks)

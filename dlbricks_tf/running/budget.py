@@ -73,6 +73,15 @@ rounds can change the order. Rounds as long as the full run's chains
 run's (5-9%, time-weighted) as those of rounds of 32, and the budget put
 no more models within +-10% (docs/history/2026-12-06-intel-xeon.md).
 
+Lead-ins. A round's chain times each brick it chose after the untimed
+bricks that come just before it in the chains' order (at most
+`LEAD_IN`: its model's bricks before it), as the full run's chains time
+it; they are timed, stored and paid for like the brick they lead into
+(`round_bricks`). In one process, in raw milliseconds, a round's bricks
+chained after unrelated bricks read 1.01-1.07 of themselves among all
+their models' bricks in model order, and 0.98-1.01 with two lead-ins
+each (docs/estimating-beyond.md).
+
 The range. A corrected prediction is as far off as its kind's factor
 is uncertain (shared by every brick of the kind) plus its own residual
 around it, both read from the held-out ratios of the bricks timed so
@@ -120,6 +129,9 @@ SETUP_S = 0.025
 # Bricks timed in one round (one chain), at most: the predictions are
 # corrected between rounds, so a round is small enough to change the order.
 ROUND_BRICKS = 32
+# Bricks timed right before each brick a round chose, at most: those just
+# before it in its model (see "Lead-ins" above).
+LEAD_IN = 2
 # The precision a round's chains sample to (`TimingOptions.precision`, of
 # each model's estimate; see "How precisely" above): the timed part may
 # take a quarter of the variance of the +-10% a range aims at.
@@ -172,6 +184,58 @@ class BudgetSummary:
     shared: dict[str, tuple[str, float]] = dataclasses.field(
         default_factory=dict
     )
+
+
+def round_bricks(
+    ranked: Sequence[str],
+    costs: Mapping[str, float],
+    left_s: float,
+    position: Mapping[str, int],
+    most: int,
+) -> list[str]:
+    """The bricks of one round's chain, in the chains' order.
+
+    The best of `ranked` (at most `ROUND_BRICKS` of them) whose expected
+    cost fits `left_s` (the first always), each with its lead-ins: the
+    untimed bricks among the `LEAD_IN` that come just before it in the
+    chains' order (`position`, the suite's order of first appearance:
+    its model's bricks before it), so that it runs after what it runs
+    after in its model and in the full run's chains. A lead-in is timed
+    and stored like the brick it leads into, and its cost counts.
+
+    Args:
+        ranked: The untimed bricks that may be timed, best first.
+        costs: Expected seconds of each (`cost_s`).
+        left_s: Seconds of the budget left.
+        position: {signature: index} of every brick of the suite, in the
+            chains' order.
+        most: Links a chain may hold (`TimingOptions.chain_links`).
+
+    Returns:
+        The signatures to time, in the chains' order.
+    """
+    order = sorted(position, key=position.__getitem__)
+    open_ = set(ranked)
+    batch: list[str] = []
+    spend, chosen = 0.0, 0
+    for s in ranked:
+        if chosen >= ROUND_BRICKS:
+            break
+        if s in batch:  # Already a lead-in of a better brick.
+            continue
+        i = position[s]
+        group = [
+            p
+            for p in order[max(i - LEAD_IN, 0) : i]
+            if p in open_ and p not in batch
+        ] + [s]
+        cost = sum(costs[p] for p in group)
+        if batch and (spend + cost > left_s or len(batch) + len(group) > most):
+            break
+        batch += group
+        spend += cost
+        chosen += 1
+    return sorted(batch, key=position.__getitem__)
 
 
 def round_options(options: sampling.TimingOptions) -> sampling.TimingOptions:
@@ -476,6 +540,7 @@ def time_within_budget(
     options = round_options(options)
     weights = brick_timing.model_weights(suite.entries)
     entries = {e.signature: e for e in suite.entries}
+    position = {s: i for i, s in enumerate(suite.signatures)}
     rows = {}  # Features of each brick, read once.
     kinds: dict[str, str] = {}
     # What the predictor in force priced each brick at, read once.
@@ -586,16 +651,10 @@ def time_within_budget(
                 )
             ),
         )
-        # The best bricks whose expected cost fits what is left (the
-        # first one always). A round once started is finished and kept:
-        # stopped half way, what it spent building and tracing its chain
-        # would be lost, so the budget is kept by sizing the rounds.
-        batch, spend = [], 0.0
-        for s in ranked[: min(ROUND_BRICKS, options.chain_links)]:
-            if batch and spend + costs[s] > left:
-                break
-            batch.append(s)
-            spend += costs[s]
+        # A round once started is finished and kept: stopped half way,
+        # what it spent building and tracing its chain would be lost, so
+        # the budget is kept by sizing the rounds.
+        batch = round_bricks(ranked, costs, left, position, options.chain_links)
         summary = brick_timing.time_bricks(
             [
                 brick_timing.BrickToTime(
