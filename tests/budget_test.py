@@ -158,6 +158,12 @@ def test_a_round_times_each_chosen_brick_after_the_bricks_before_it():
         "a2",
         "a3",
     ]
+    # A chain too short for every lead-in keeps the nearest, or none.
+    assert budget.round_bricks(ranked, costs, 100.0, position, 2) == [
+        "a2",
+        "a3",
+    ]
+    assert budget.round_bricks(ranked, costs, 100.0, position, 1) == ["a3"]
     # A brick at the start of the order has no lead-in.
     assert budget.round_bricks(["a0"], costs, 1.0, position, 128) == ["a0"]
 

@@ -224,11 +224,13 @@ def round_bricks(
         if s in batch:  # Already a lead-in of a better brick.
             continue
         i = position[s]
-        group = [
+        leads = [
             p
             for p in order[max(i - LEAD_IN, 0) : i]
             if p in open_ and p not in batch
-        ] + [s]
+        ]
+        # A chain too short for them keeps the nearest (or none).
+        group = (leads[-(most - 1) :] if most > 1 else []) + [s]
         cost = sum(costs[p] for p in group)
         if batch and (spend + cost > left_s or len(batch) + len(group) > most):
             break
