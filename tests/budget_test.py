@@ -135,35 +135,24 @@ def test_a_round_times_each_chosen_brick_after_the_bricks_before_it():
     # a0 is timed already (not ranked); a3 and b1 are the best.
     ranked = ["a3", "b1", "a2", "a1", "b0"]
     assert budget.LEAD_IN == 2
-    batch = budget.round_bricks(ranked, costs, 100.0, position, 128)
+
+    def round_of(left_s: float, most: int) -> list[str]:
+        return budget.round_bricks(ranked, costs, left_s, position, most)
+
     # a3 after a1 and a2, b1 after b0 (a3, two before b1, is in the round
     # already), in the chains' order; a2, a1 and b0 were led in, so
     # nothing is chosen twice.
-    assert batch == ["a1", "a2", "a3", "b0", "b1"]
+    assert round_of(100.0, 128) == ["a1", "a2", "a3", "b0", "b1"]
     # A lead-in's cost counts: a3 and its two lead-ins fit 3 s, b1 and b0
     # do not fit what is left; the first group is always taken.
-    assert budget.round_bricks(ranked, costs, 4.0, position, 128) == [
-        "a1",
-        "a2",
-        "a3",
-    ]
-    assert budget.round_bricks(ranked, costs, 0.5, position, 128) == [
-        "a1",
-        "a2",
-        "a3",
-    ]
-    # A chain holds at most `most` links.
-    assert budget.round_bricks(ranked, costs, 100.0, position, 4) == [
-        "a1",
-        "a2",
-        "a3",
-    ]
-    # A chain too short for every lead-in keeps the nearest, or none.
-    assert budget.round_bricks(ranked, costs, 100.0, position, 2) == [
-        "a2",
-        "a3",
-    ]
-    assert budget.round_bricks(ranked, costs, 100.0, position, 1) == ["a3"]
+    first = ["a1", "a2", "a3"]
+    assert round_of(4.0, 128) == first
+    assert round_of(0.5, 128) == first
+    # A chain holds at most `most` links; one too short for every lead-in
+    # keeps the nearest, or none.
+    assert round_of(100.0, 4) == first
+    assert round_of(100.0, 2) == ["a2", "a3"]
+    assert round_of(100.0, 1) == ["a3"]
     # A brick at the start of the order has no lead-in.
     assert budget.round_bricks(["a0"], costs, 1.0, position, 128) == ["a0"]
 
