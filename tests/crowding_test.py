@@ -13,9 +13,7 @@ import time
 
 import pytest
 
-import dlbricks_tf
-from dlbricks_tf.cutting import suite as suite_lib
-from dlbricks_tf.measuring import chain, crowding, disturbed, sampling, steal
+from dlbricks_tf.measuring import crowding, disturbed, sampling, steal
 from tests import models, scripted
 
 SETTINGS, CHECKED = models.settings()
@@ -115,23 +113,15 @@ def test_a_timer_leaves_out_a_sample_other_work_crowded():
 
 
 def test_a_chain_leaves_a_crowded_pass_out_of_every_brick():
-    d = dlbricks_tf.decompose(models.chain()[0], granularity=1)
-    suite = suite_lib.build_suite({"m": d})
-    bricks = [(e.signature, e.brick.build(1)) for e in suite.entries]
-    timer = chain.ChainTimer(bricks, SETTINGS, check_settings=CHECKED)
-    timer.sample()  # Prepared, and a first pass taken.
-    real_call = timer._call
-    calls = 0
-
-    def beside(n, read=False):
+    def beside(call):
         # The fourth pass runs while another process spins a CPU.
-        nonlocal calls
-        calls += 1
-        if calls == 3:
+        def spun(n, read=False):
             _spinning(0.4)
-        return real_call(n, read)
+            return call(n, read)
 
-    timer._call = beside
+        return spun
+
+    bricks, timer = scripted.chain_with_pass(3, beside)
     for _ in range(5):
         timer.sample()
     assert timer._crowded[3]

@@ -8,10 +8,8 @@ the machine undisturbed. No timing threshold.
 
 import pytest
 
-import dlbricks_tf
 from dlbricks_tf import stats
-from dlbricks_tf.cutting import suite as suite_lib
-from dlbricks_tf.measuring import chain, disturbed, sampling
+from dlbricks_tf.measuring import disturbed, sampling
 from tests import models, scripted
 
 SETTINGS, CHECKED = models.settings()
@@ -78,25 +76,12 @@ class Burst:
 
 
 def test_a_chain_leaves_a_disturbed_pass_out_of_every_brick():
-    d = dlbricks_tf.decompose(models.chain()[0], granularity=1)
-    suite = suite_lib.build_suite({"m": d})
-    bricks = [(e.signature, e.brick.build(1)) for e in suite.entries]
-    timer = chain.ChainTimer(
-        bricks, SETTINGS, check_settings=CHECKED, scale=Burst()
-    )
-    timer.sample()  # Prepared, and a first pass taken.
-    real_call = timer._call
-    calls = 0
-
-    def neighbour(n, read=False):
+    def neighbour(call):
         # The sixth pass runs while a neighbour holds the machine: every
         # link of it three times as long.
-        nonlocal calls
-        calls += 1
-        values = real_call(n, read)
-        return values * 3.0 if calls == 5 else values
+        return lambda n, read=False: call(n, read) * 3.0
 
-    timer._call = neighbour
+    bricks, timer = scripted.chain_with_pass(5, neighbour, scale=Burst())
     for _ in range(9):
         timer.sample()
     assert timer.sample_count == 10
