@@ -254,6 +254,74 @@ for r in results:
         assert 0 <= float(low) <= float(est) <= float(high)
 
 
+def test_a_rounds_cost_is_fitted_as_a_part_per_round_and_one_per_brick():
+    # 0.4 s a round and 0.05 s a brick: rounds of 2 and 10 bricks.
+    fixed, setup = budget.round_costs([(2, 0.5), (10, 0.9)])
+    assert fixed == pytest.approx(0.4)
+    assert setup == pytest.approx(0.05)
+    # Rounds of one size cannot tell the parts apart: all per brick.
+    assert budget.round_costs([(3, 0.3), (3, 0.6)]) == (
+        0.0,
+        pytest.approx(0.15),
+    )
+    # A brick costs its setup at least, whatever the rounds say.
+    fixed, setup = budget.round_costs([(2, 0.5), (10, 0.5)])
+    assert setup == budget.SETUP_S
+    assert fixed == pytest.approx(0.5 - 6 * budget.SETUP_S)
+    assert budget.round_costs([]) == (0.0, budget.SETUP_S)
+
+
+def test_a_round_runs_beside_other_work_and_does_not_count_it(files, tmp_path):
+    # `run` spreads a campaign's rounds over its models: their batches go
+    # between a round's chain passes, and their seconds are not the
+    # budget's. Its own process: the pools of a test process are fixed once.
+    code = f"""
+import time
+import dlbricks_tf
+from dlbricks_tf.cutting import suite as suite_lib
+from dlbricks_tf.machine.fingerprint import system_fingerprint
+from dlbricks_tf.measuring import sampling
+from dlbricks_tf.running import budget
+from dlbricks_tf.storing.store import Store
+settings = dlbricks_tf.configure(intra_op_threads=1, inter_op_threads=1)
+stack = dlbricks_tf.decompose({files["stack"]!r}, 1)
+suite = suite_lib.build_suite({{"stack": stack}})
+options = sampling.TimingOptions(
+    min_samples=3, max_samples=5, max_seconds=0.2, target_sample_ms=0.5)
+slept = []
+def between():
+    time.sleep(0.02)
+    slept.append(0.02)
+with Store({str(tmp_path / "s.sqlite")!r}) as store:
+    campaign = budget.Campaign(
+        suite, store, settings, system_fingerprint(), options,
+        budget_s=60, granularity=1, probe_count=8)
+    start = time.perf_counter()
+    went_on = campaign.round(until_s=1e-6, between=between)
+    wall = time.perf_counter() - start
+    spent = campaign.elapsed()
+    summary = campaign.summary()
+print(went_on, len(slept), sum(slept), wall, spent, len(summary.timed),
+      summary.stopped)
+"""
+    proc = subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert proc.returncode == 0, proc.stderr
+    went_on, calls, slept, wall, spent, timed, stopped = proc.stdout.split()
+    assert went_on == "True"
+    assert int(calls) >= 1  # Between the round's passes.
+    # The round's own seconds only: what `between` took is not counted.
+    assert 0 < float(spent) <= float(wall) - float(slept)
+    # A round sized to no time left takes its first group: one brick and
+    # its lead-ins.
+    assert 1 <= int(timed) <= 1 + budget.LEAD_IN
+    assert stopped == budget.SPENT  # Not over: the caller stopped.
+
+
 def test_bench_within_a_budget_stores_some_bricks(files, tmp_path):
     from dlbricks_tf.storing.store import Store
 

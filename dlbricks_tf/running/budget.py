@@ -55,9 +55,14 @@ one, and the budget went to the large models while the small ones stayed
 mostly predicted; in shares of each model, a brick that is 20% of a small
 model comes before one that is 1% of a large one, and a model once
 precise stops drawing the budget. cost_b = a brick's setup (building it,
-its link in the chain's trace and warm-up: `SETUP_S` at first, then what
-the last round cost a brick beyond its samples on this machine) plus its
-sampling, `min_samples` passes of p_b.
+its link in the chain's trace and warm-up: `SETUP_S` at first, then
+fitted on this machine's rounds so far) plus its sampling,
+`min_samples` passes of p_b. A round also costs a part of its own
+whatever it holds (choosing, the chain's first calls): the rounds'
+seconds beyond their sampling are fitted as a part per round and a part
+per brick (`round_costs`), and a round is sized to the seconds left
+less its own part. Charged to its bricks, as before, the part of small
+rounds made each brick look dear, so the next round took fewer.
 
 How precisely. A round's chain samples until each model's timed part is
 known to `TIMED_PRECISION` (5%) of its estimate, not the full run's 2%
@@ -81,6 +86,23 @@ it; they are timed, stored and paid for like the brick they lead into
 chained after unrelated bricks read 1.01-1.07 of themselves among all
 their models' bricks in model order, and 0.98-1.01 with two lead-ins
 each (docs/estimating-beyond.md).
+
+Spread over the models. `time_within_budget` (`bench --budget`) runs
+its rounds back to back. `run --budget` measures every whole model
+too, and spreads the rounds over them (`Campaign.round`): each model in
+turn gets its share of the budget (the budget over the number of
+models; one round at least while the budget lasts), and its rounds'
+chain passes go between the model's batches, as a full run times bricks
+beside its models. With the rounds first and the models after, a
+round's chains were read and scaled by the reference after their own
+short calls and each model after its own calls: on the 40 at a 10%
+budget the readings of the rounds had a median of 0.960 ms and those
+beside the models 1.006 ms, and the models whose readings were slowest
+read highest (correlation -0.50 between a model's scale factor and its
+normalized latency, in two runs). Spread over the models, the
+correlation was -0.14 and -0.28, and the budget put 34 and 32 of 40
+within +-10% against 23-28 with the rounds first, with fewer bricks
+timed (docs/estimating-beyond.md).
 
 The range. A corrected prediction is as far off as its kind's factor
 is uncertain (shared by every brick of the kind) plus its own residual
@@ -238,6 +260,37 @@ def round_bricks(
         spend += cost
         chosen += 1
     return sorted(batch, key=position.__getitem__)
+
+
+def round_costs(
+    history: Sequence[tuple[int, float]],
+) -> tuple[float, float]:
+    """(seconds a round costs whatever it holds, setup seconds a brick).
+
+    A least-squares line through the rounds' (bricks, seconds beyond
+    their expected sampling): choosing, building and tracing a chain,
+    its first calls and its commits cost a part per round and a part per
+    brick. The part per brick is at least `SETUP_S`; with no two rounds
+    of different sizes, a round's part is 0 and a brick's the mean.
+    """
+    if not history:
+        return 0.0, SETUP_S
+    bricks = [n for n, _ in history]
+    seconds = [s for _, s in history]
+    mean_n = sum(bricks) / len(bricks)
+    mean_s = sum(seconds) / len(seconds)
+    spread = sum((n - mean_n) ** 2 for n in bricks)
+    if spread == 0:
+        return 0.0, max(SETUP_S, sum(seconds) / max(sum(bricks), 1))
+    slope = (
+        sum(
+            (n - mean_n) * (s - mean_s)
+            for n, s in zip(bricks, seconds, strict=True)
+        )
+        / spread
+    )
+    setup = max(slope, SETUP_S)
+    return max(mean_s - setup * mean_n, 0.0), setup
 
 
 def round_options(options: sampling.TimingOptions) -> sampling.TimingOptions:
@@ -434,24 +487,38 @@ def time_within_budget(
     settings: Any,
     fingerprint: Any,
     options: sampling.TimingOptions | None = None,
-    *,
-    budget_s: float,
-    granularity: int,
-    build: Callable[[Any], Any] | None = None,
-    known: Mapping[str, Timing] | None = None,
-    probe_count: int = probes.COUNT,
-    fuse: bool = False,
-    check_settings: bool = True,
-    scale: Any = None,
-    stop: Callable[[], bool] | None = None,
-    on_result: Callable[[str, Timing], None] | None = None,
-    on_failure: Callable[[str, str], None] | None = None,
-    log: Callable[[str], None] | None = None,
-    clock: Any = None,
+    **campaign: Any,
 ) -> BudgetSummary:
     """Times the suite's most useful bricks within `budget_s` seconds.
 
-    See the module docstring for the order and the stopping rule.
+    A `Campaign` run round after round until it ends; see the module
+    docstring for the order and the stopping rule, and `Campaign` for
+    the arguments (`budget_s` and `granularity` are required).
+
+    Returns:
+        What was timed, and the predicted timings of the rest.
+
+    Raises:
+        ValueError: A budget of 0 seconds or less.
+        StoreError, ThreadPoolError: As `brick_timing.time_bricks`.
+    """
+    rounds = Campaign(suite, store, settings, fingerprint, options, **campaign)
+    while rounds.round():
+        pass
+    return rounds.summary()
+
+
+class Campaign:
+    """A brick campaign within a budget, one round at a time.
+
+    `time_within_budget` runs its rounds back to back. `run` spreads them
+    over its models' measurement instead, each round's chain passes
+    between a model's batches (`round(between=...)`), as a full run times
+    bricks beside its models (see "Spread over the models" above).
+
+    Creating it times the probes the store lacks and gets the first
+    predictor (both counted apart from the budget); the budget's clock
+    starts then.
 
     Args:
         suite: The unique bricks, with their counts per model
@@ -477,174 +544,266 @@ def time_within_budget(
         log: Called with a line of progress.
         clock: A `rounds.WallClock` charged with the bricks' work.
 
-    Returns:
-        What was timed, and the predicted timings of the rest.
-
     Raises:
         ValueError: A budget of 0 seconds or less.
-        StoreError, ThreadPoolError: As `brick_timing.time_bricks`.
     """
-    if not budget_s > 0:
-        raise ValueError(f"The budget must be above 0 s. Received: {budget_s}")
-    options = options or sampling.TimingOptions()
-    log = log or (lambda line: None)
-    if build is None:
-        build = functools.partial(bench.build_brick, settings)
 
-    probes_s, _ = time_probes(
-        store,
-        settings,
-        fingerprint,
-        options,
-        granularity=granularity,
-        count=probe_count,
-        fuse=fuse,
-        check_settings=check_settings,
-        scale=scale,
-        stop=stop,
-        log=log,
-    )
-    if known is None:
-        known = store.results(settings, fingerprint)
-    timings = {
-        s: known[s]
-        for s in suite.signatures
-        if s in known
-        and timing_problem(known[s].to_dict(), ordered=False) is None
-    }
-    _describe_known(store, suite, timings)
-    # The predictor of what the store holds as the campaign starts is a
-    # machine's set-up, as the probes are: fitted once, kept in the store
-    # (`bench --probes` fits it too), read back by every later campaign
-    # and `estimate --predict`; counted apart from the budget.
-    t0 = time.perf_counter()
-    predictor, _ = fit_predictor(store, settings, fingerprint, log)
-    first_fit_s = time.perf_counter() - t0
-    start = time.perf_counter()
+    def __init__(
+        self,
+        suite: Any,
+        store: Any,
+        settings: Any,
+        fingerprint: Any,
+        options: sampling.TimingOptions | None = None,
+        *,
+        budget_s: float,
+        granularity: int,
+        build: Callable[[Any], Any] | None = None,
+        known: Mapping[str, Timing] | None = None,
+        probe_count: int = probes.COUNT,
+        fuse: bool = False,
+        check_settings: bool = True,
+        scale: Any = None,
+        stop: Callable[[], bool] | None = None,
+        on_result: Callable[[str, Timing], None] | None = None,
+        on_failure: Callable[[str, str], None] | None = None,
+        log: Callable[[str], None] | None = None,
+        clock: Any = None,
+    ) -> None:
+        if not budget_s > 0:
+            raise ValueError(
+                f"The budget must be above 0 s. Received: {budget_s}"
+            )
+        options = options or sampling.TimingOptions()
+        self.log = log or (lambda line: None)
+        self.suite, self.store = suite, store
+        self.settings, self.fingerprint = settings, fingerprint
+        self.budget_s = budget_s
+        self.build = build or functools.partial(bench.build_brick, settings)
+        self.check_settings, self.scale = check_settings, scale
+        self.stop, self.clock = stop, clock
+        self.on_result, self.on_failure = on_result, on_failure
 
-    def elapsed() -> float:
-        return time.perf_counter() - start
-
-    fit_s = 0.0
-    fits = 0
-
-    def refit() -> Any:
-        """The predictor of what the store holds now (None: too few)."""
-        nonlocal fit_s, fits
+        self.probes_s, _ = time_probes(
+            store,
+            settings,
+            fingerprint,
+            options,
+            granularity=granularity,
+            count=probe_count,
+            fuse=fuse,
+            check_settings=check_settings,
+            scale=scale,
+            stop=stop,
+            log=self.log,
+        )
+        if known is None:
+            known = store.results(settings, fingerprint)
+        self.timings = {
+            s: known[s]
+            for s in suite.signatures
+            if s in known
+            and timing_problem(known[s].to_dict(), ordered=False) is None
+        }
+        _describe_known(store, suite, self.timings)
+        # The predictor of what the store holds as the campaign starts is
+        # a machine's set-up, as the probes are: fitted once, kept in the
+        # store (`bench --probes` fits it too), read back by every later
+        # campaign and `estimate --predict`; counted apart from the budget.
         t0 = time.perf_counter()
-        fitted, _ = fit_predictor(store, settings, fingerprint, log)
-        fit_s += time.perf_counter() - t0
-        fits += fitted is not None
+        self.predictor, _ = fit_predictor(
+            store, settings, fingerprint, self.log
+        )
+        self.first_fit_s = time.perf_counter() - t0
+        # Seconds of the budget spent: the rounds' own, not what their
+        # `between` took.
+        self._spent = 0.0
+        self.fit_s = 0.0
+        self.fits = 0
+        # The probes above keep the options' precision: the predictor
+        # learns from them.
+        self.options = round_options(options)
+        self.weights = brick_timing.model_weights(suite.entries)
+        self.entries = {e.signature: e for e in suite.entries}
+        self.position = {s: i for i, s in enumerate(suite.signatures)}
+        self.rows: dict[str, Any] = {}  # Features of each brick, read once.
+        self.kinds: dict[str, str] = {}
+        # What the predictor in force priced each brick at, read once.
+        self.priced: dict[str, float] = {}
+        self.timed: list[str] = []
+        # timed[fitted_at:] were timed after the predictor was fitted: it
+        # did not learn from them, so they say how far off its predictions
+        # are.
+        self.fitted_at = 0
+        self.failed: list[tuple[str, str]] = []
+        self.bad: set[str] = set()
+        self.stopped: str | None = None  # Why it ended; None until then.
+        self.setup = SETUP_S  # A brick's setup: fitted on the rounds.
+        self.round_s = 0.0  # What a round costs whatever it holds: fitted.
+        # (bricks, seconds beyond their sampling) of each round.
+        self.history: list[tuple[int, float]] = []
+
+    def elapsed(self) -> float:
+        """Seconds of the budget spent so far (rounds and fits; not what
+        the rounds' `between` took)."""
+        return self._spent
+
+    @property
+    def ended(self) -> bool:
+        """Whether the campaign is over (`stopped` says why)."""
+        return self.stopped is not None
+
+    def _refit(self) -> Any:
+        """The predictor of what the store holds now (None: too few)."""
+        t0 = time.perf_counter()
+        fitted, _ = fit_predictor(
+            self.store, self.settings, self.fingerprint, self.log
+        )
+        self.fit_s += time.perf_counter() - t0
+        self.fits += fitted is not None
         return fitted
 
-    # The probes above keep the options' precision: the predictor learns
-    # from them.
-    options = round_options(options)
-    weights = brick_timing.model_weights(suite.entries)
-    entries = {e.signature: e for e in suite.entries}
-    position = {s: i for i, s in enumerate(suite.signatures)}
-    rows = {}  # Features of each brick, read once.
-    kinds: dict[str, str] = {}
-    # What the predictor in force priced each brick at, read once.
-    priced: dict[str, float] = {}
-    timed: list[str] = []
-    # timed[fitted_at:] were timed after the predictor was fitted: it did
-    # not learn from them, so they say how far off its predictions are.
-    fitted_at = 0
-    failed: list[tuple[str, str]] = []
-    bad: set[str] = set()
-    stopped = ALL_TIMED
-    setup = SETUP_S  # A brick's setup: updated from each round's cost.
-
-    def described(signatures: Sequence[str]) -> None:
+    def _described(self, signatures: Sequence[str]) -> None:
         """Reads the features and kind of each brick not read yet."""
-        new = [s for s in signatures if s not in rows]
+        new = [s for s in signatures if s not in self.rows]
         for s in new:
-            brick = entries[s].brick
-            rows[s] = features.brick_features(brick, brick.specs)
-        found = regressors.brick_kinds([features.vector(rows[s]) for s in new])
-        kinds.update(zip(new, found, strict=True))
+            brick = self.entries[s].brick
+            self.rows[s] = features.brick_features(brick, brick.specs)
+        found = regressors.brick_kinds(
+            [features.vector(self.rows[s]) for s in new]
+        )
+        self.kinds.update(zip(new, found, strict=True))
 
-    def price(signatures: Sequence[str]) -> None:
+    def _price(self, signatures: Sequence[str]) -> None:
         """Prices each brick the predictor in force has not priced yet."""
-        new = [s for s in signatures if s not in priced]
-        described(new)
-        ms = predictor.predict_ms([rows[s] for s in new])
-        priced.update(zip(new, ms, strict=True))
+        new = [s for s in signatures if s not in self.priced]
+        self._described(new)
+        ms = self.predictor.predict_ms([self.rows[s] for s in new])
+        self.priced.update(zip(new, ms, strict=True))
 
-    def calibrated() -> calibration.Calibration:
-        use = [s for s in timed[fitted_at:] if s in timings]
-        if predictor is None or not use:
+    def _calibrated(self) -> calibration.Calibration:
+        use = [s for s in self.timed[self.fitted_at :] if s in self.timings]
+        if self.predictor is None or not use:
             return calibration.Calibration()
-        price(use)
+        self._price(use)
         return calibration.fit(
-            [kinds[s] for s in use],
-            [timings[s].center_ms for s in use],
-            [priced[s] for s in use],
+            [self.kinds[s] for s in use],
+            [self.timings[s].center_ms for s in use],
+            [self.priced[s] for s in use],
         )
 
-    def predictions(
-        cal: calibration.Calibration,
+    def _predictions(
+        self, cal: calibration.Calibration
     ) -> tuple[dict[str, Timing], dict[str, tuple[str, float]]]:
         """The untimed bricks' corrected timings, and their shared parts."""
-        todo = [s for s in suite.signatures if s not in timings]
-        if predictor is None or not todo:
+        todo = [s for s in self.suite.signatures if s not in self.timings]
+        if self.predictor is None or not todo:
             return {}, {}
-        price(todo)
+        self._price(todo)
         guessed, shared = {}, {}
         for s in todo:
-            ms = priced[s] * cal.factor(kinds[s])
-            halves = cal.halves(kinds[s], ms)
+            ms = self.priced[s] * cal.factor(self.kinds[s])
+            halves = cal.halves(self.kinds[s], ms)
             if halves is None:  # Nothing timed yet: the CV's interval.
-                guessed[s] = predictor.timing(ms)
+                guessed[s] = self.predictor.timing(ms)
                 continue
             guessed[s] = corrected_timing(ms, halves[1])
-            shared[s] = (kinds[s], halves[0])
+            shared[s] = (self.kinds[s], halves[0])
         return guessed, shared
 
-    def committed(key: str, result: Timing) -> None:
-        timings[key] = result
-        if on_result is not None:
-            on_result(key, result)
+    def _committed(self, key: str, result: Timing) -> None:
+        self.timings[key] = result
+        if self.on_result is not None:
+            self.on_result(key, result)
 
-    def failure(key: str, reason: str) -> None:
-        bad.add(key)
-        if on_failure is not None:
-            on_failure(key, reason)
+    def _failure(self, key: str, reason: str) -> None:
+        self.bad.add(key)
+        if self.on_failure is not None:
+            self.on_failure(key, reason)
 
-    while True:
-        guessed, shared = predictions(calibrated())
+    def round(
+        self,
+        until_s: float | None = None,
+        between: Callable[[], None] | None = None,
+    ) -> bool:
+        """Times one round, unless the campaign is over.
+
+        Args:
+            until_s: Size the round to end by this many seconds of the
+                campaign (at most the budget; its first group is always
+                taken). None: the budget.
+            between: Called between the round's chain passes
+                (`brick_timing.time_bricks`), e.g. a model's
+                `rounds.ModelSampler`.
+
+        Returns:
+            False once the campaign is over (`stopped` says why); True
+            after a round.
+        """
+        if self.ended:
+            return False
+        start = time.perf_counter()
+        aside = [0.0]  # Seconds `between` took: not the campaign's.
+
+        def beside() -> None:
+            t0 = time.perf_counter()
+            try:
+                between()
+            finally:
+                aside[0] += time.perf_counter() - t0
+
+        try:
+            return self._round(until_s, beside if between else None, aside)
+        finally:
+            self._spent += time.perf_counter() - start - aside[0]
+
+    def _round(
+        self,
+        until_s: float | None,
+        between: Callable[[], None] | None,
+        aside: list[float],
+    ) -> bool:
+        """`round`'s work; `aside[0]`: the seconds `between` took so far."""
+        start = time.perf_counter()
+        guessed, shared = self._predictions(self._calibrated())
         todo = [
-            s for s in suite.signatures if s not in timings and s not in bad
+            s
+            for s in self.suite.signatures
+            if s not in self.timings and s not in self.bad
         ]
         if not todo:
-            stopped = ALL_TIMED
-            break
-        if stop is not None and stop():
-            stopped = SIGNAL
-            break
-        left = budget_s - elapsed()
+            self.stopped = ALL_TIMED
+            return False
+        if self.stop is not None and self.stop():
+            self.stopped = SIGNAL
+            return False
+        left = self.budget_s - self.elapsed()
         if left <= 0:
-            stopped = SPENT
-            break
-        if predictor is not None:
+            self.stopped = SPENT
+            return False
+        if until_s is not None:
+            left = max(min(left, until_s - self.elapsed()), 0.0)
+        if self.predictor is not None:
             state = model_precisions(
-                suite, {**guessed, **timings}, guessed, shared
+                self.suite, {**guessed, **self.timings}, guessed, shared
             )
             open_models = {
                 m: e for m, (e, half) in state.items() if half > ranges.PROMISE
             }
             if state and not open_models:
-                stopped = PRECISE
-                break
-            u = relative_half(predictor)
+                self.stopped = PRECISE
+                return False
+            u = relative_half(self.predictor)
             predicted_ms = {s: guessed[s].median_ms for s in todo}
         else:  # No predictor yet: the suite's order, every model open.
-            open_models = dict.fromkeys(suite.models, 1.0)
+            open_models = dict.fromkeys(self.suite.models, 1.0)
             u = 1.0
             predicted_ms = dict.fromkeys(todo, 0.0)
 
-        costs = {s: cost_s(predicted_ms[s], options, setup) for s in todo}
+        costs = {
+            s: cost_s(predicted_ms[s], self.options, self.setup) for s in todo
+        }
+        entries = self.entries
         ranked = sorted(
             todo,
             key=lambda s: (
@@ -656,68 +815,95 @@ def time_within_budget(
         # A round once started is finished and kept: stopped half way,
         # what it spent building and tracing its chain would be lost, so
         # the budget is kept by sizing the rounds.
-        batch = round_bricks(ranked, costs, left, position, options.chain_links)
+        batch = round_bricks(
+            ranked,
+            costs,
+            max(left - self.round_s, 0.0),
+            self.position,
+            self.options.chain_links,
+        )
         summary = brick_timing.time_bricks(
             [
                 brick_timing.BrickToTime(
                     s,
-                    functools.partial(build, entries[s]),
+                    functools.partial(self.build, entries[s]),
                     getattr(entries[s], "id_bounds", None),
                     entries[s].brick.describe,
                 )
                 for s in batch
             ],
-            settings,
-            fingerprint,
-            store,
-            options,
-            weights=weights,
-            known=timings,
-            clock=clock,
-            stop=stop,
-            check_settings=check_settings,
-            on_result=committed,
-            on_failure=failure,
-            scale=scale,
+            self.settings,
+            self.fingerprint,
+            self.store,
+            self.options,
+            weights=self.weights,
+            known=self.timings,
+            between=between,
+            clock=self.clock,
+            stop=self.stop,
+            check_settings=self.check_settings,
+            on_result=self._committed,
+            on_failure=self._failure,
+            scale=self.scale,
         )
-        timed += summary.timed
-        failed += summary.failed
-        if batch:  # What a brick cost this round beyond its samples.
-            sampled = sum(sampling_s(predicted_ms[s], options) for s in batch)
-            setup = max(SETUP_S, (summary.wall_s - sampled) / len(batch))
+        self.timed += summary.timed
+        self.failed += summary.failed
+        if batch:  # What the round cost beyond its samples.
+            sampled = sum(
+                sampling_s(predicted_ms[s], self.options) for s in batch
+            )
+            own_s = time.perf_counter() - start - aside[0]
+            self.history.append((len(batch), own_s - sampled))
+            # The first round also pays the process's first chain.
+            self.round_s, self.setup = round_costs(
+                self.history[1:] or self.history
+            )
         if not summary.timed and not summary.failed:  # Stopped at once.
-            stopped = SIGNAL if stop is not None and stop() else SPENT
-            break
-        if predictor is None and elapsed() < budget_s:
-            predictor = refit()
-            if predictor is not None:
-                fitted_at = len(timed)  # It learnt from them.
-                priced.clear()
-    cal = calibrated()
-    guessed, shared = predictions(cal)
-    log(
-        f"Budget: {len(timed)} brick(s) timed, {len(guessed)} predicted, "
-        f"{elapsed():.1f} s of {budget_s:g} s spent ({fit_s:.1f} s fitting "
-        f"{fits} predictor(s)); predictions corrected by "
-        f"{sum(cal.counts.values())} timed brick(s) of {len(cal.counts)} "
-        f"kind(s) (x{cal.overall:.2f} overall); stopped: {stopped}"
-        + (f"; probes {probes_s:.1f} s apart" if probes_s else "")
-        + f"; first predictor {first_fit_s:.1f} s apart"
-    )
-    return BudgetSummary(
-        budget_s=budget_s,
-        spent_s=elapsed(),
-        probes_s=probes_s,
-        first_fit_s=first_fit_s,
-        fit_s=fit_s,
-        fits=fits,
-        timed=tuple(timed),
-        failed=tuple(failed),
-        predicted=guessed,
-        stopped=stopped,
-        predictor=predictor,
-        shared=shared,
-    )
+            stop = self.stop
+            self.stopped = SIGNAL if stop is not None and stop() else SPENT
+            return False
+        if self.predictor is None and self.elapsed() < self.budget_s:
+            self.predictor = self._refit()
+            if self.predictor is not None:
+                self.fitted_at = len(self.timed)  # It learnt from them.
+                self.priced.clear()
+        return True
+
+    def summary(self) -> BudgetSummary:
+        """What the campaign did, and the predictions of the bricks left.
+
+        A campaign not over yet ends here ("budget").
+        """
+        if self.stopped is None:
+            self.stopped = SPENT
+        start = time.perf_counter()
+        cal = self._calibrated()
+        guessed, shared = self._predictions(cal)
+        self._spent += time.perf_counter() - start
+        self.log(
+            f"Budget: {len(self.timed)} brick(s) timed, {len(guessed)} "
+            f"predicted, {self.elapsed():.1f} s of {self.budget_s:g} s spent "
+            f"({self.fit_s:.1f} s fitting {self.fits} predictor(s)); "
+            f"predictions corrected by {sum(cal.counts.values())} timed "
+            f"brick(s) of {len(cal.counts)} kind(s) (x{cal.overall:.2f} "
+            f"overall); stopped: {self.stopped}"
+            + (f"; probes {self.probes_s:.1f} s apart" if self.probes_s else "")
+            + f"; first predictor {self.first_fit_s:.1f} s apart"
+        )
+        return BudgetSummary(
+            budget_s=self.budget_s,
+            spent_s=self.elapsed(),
+            probes_s=self.probes_s,
+            first_fit_s=self.first_fit_s,
+            fit_s=self.fit_s,
+            fits=self.fits,
+            timed=tuple(self.timed),
+            failed=tuple(self.failed),
+            predicted=guessed,
+            stopped=self.stopped,
+            predictor=self.predictor,
+            shared=shared,
+        )
 
 
 def corrected_timing(ms: float, own_half_ms: float) -> Timing:
