@@ -166,7 +166,9 @@ def run_granularity(
             (`dlbricks_tf.running.budget`): the probes first if the store
             lacks them (their seconds apart), then the bricks that narrow
             the models' ranges most per second, the others predicted;
-            every model is still measured end to end, after the bricks.
+            every model is still measured end to end, the campaign's
+            rounds spread over the models (each model's share of the
+            budget, its chains' passes between the model's batches).
             Rows then carry `predicted_bricks` and `predicted_share`, and
             the corpus row the budget's figures. None: every brick is
             timed, interleaved with its model. TF only.
@@ -285,10 +287,11 @@ def run_granularity(
         else:
             brick_done(name, key, result)
 
-    def brick_failed(name: str, key: str, reason: str) -> None:
+    def brick_failed(name: str, key: str, reason: str, tick=True) -> None:
         failed[key] = reason
         log(f"G={granularity} {name}: brick {key} failed: {reason}")
-        finished(name)
+        if tick:
+            finished(name)
 
     def anchor_bricks(d, model, keys) -> list[brick_timing.BrickToTime]:
         """The model's stored bricks `keys`, to time again beside it."""
@@ -349,11 +352,72 @@ def run_granularity(
             settings.batch_size,
         )
 
-    spent = None
+    def make_row(
+        name, d, counts, stored_before, retimed, new_bricks, spent=None
+    ) -> dict:
+        """A model's row of report.json, logged: its measurement against
+        its estimate (with `spent`, a budget's: the rest predicted)."""
+        drift = anchors_lib.drift(counts, results, retimed)
+        row = model_row(
+            name,
+            granularity,
+            settings,
+            measured[name],
+            anchors_lib.carried(results, stored_before, drift),
+            d,
+            failed,
+            predicted=None if spent is None else spent.predicted,
+            shared=None if spent is None else spent.shared,
+        )
+        row["anchor_bricks"] = len(retimed)
+        row["anchor_drift"] = drift
+        if retimed and not math.isnan(row["estimated_ms"]):
+            # The drift is known to its anchors' precision, on the stored
+            # part of the estimate.
+            part = sum(
+                c * results[s].center_ms * drift
+                for s, c in counts.items()
+                if s in stored_before
+            )
+            row["estimate_precision"] = math.hypot(
+                row["estimate_precision"],
+                anchors_lib.drift_precision(counts, retimed)
+                * part
+                / row["estimated_ms"],
+            )
+        row["new_unique_bricks"] = new_bricks
+        if row["failed_bricks"] and math.isnan(row["estimated_ms"]):
+            shown = "; ".join(
+                f"{s}: {r}" for s, r in list(row["failed_bricks"].items())[:3]
+            )
+            estimate_text = (
+                f"not estimated, {len(row['failed_bricks'])} brick(s) "
+                f"failed ({shown})"
+            )
+        else:
+            estimate_text = (
+                f"estimated {row['estimated_ms']:.3f} ms "
+                f"(x{row['normalized']:.3f}, "
+                f"+-{100 * row['estimate_precision']:.1f}%"
+                + (
+                    f", {100 * row['predicted_share']:.0f}% predicted"
+                    if row.get("predicted_share")
+                    else ""
+                )
+                + ")"
+            )
+        log(
+            f"G={granularity} {name}: measured "
+            f"{row['measured_ms']:.3f} ms, {estimate_text}, "
+            f"{row['bricks']} bricks, {new_bricks} timed"
+        )
+        return row
+
+    campaign = spent = None
     if budget_s is not None:
         from dlbricks_tf.running import budget
 
-        spent = budget.time_within_budget(
+        campaign = budget.Campaign(
             suite,
             store,
             settings,
@@ -366,20 +430,23 @@ def run_granularity(
             fuse=fuse,
             check_settings=check_settings,
             scale=scale,
-            on_result=functools.partial(brick_done, "bricks"),
-            on_failure=functools.partial(brick_failed, "bricks"),
+            on_result=results.__setitem__,
+            on_failure=functools.partial(brick_failed, "bricks", tick=False),
             log=log,
             clock=clock,
         )
         # The bricks left are predicted, not timed: the progress counts
-        # the models only from here.
+        # the models only.
         total = done[0] + len(sources)
 
     runs = []
     # Chains' passes and whole models' samples, and how many were left out
     # as disturbed (a neighbour's burst).
     passes, model_samples = disturbed.Tally(), disturbed.Tally()
-    for source in sources:
+    # Under a budget the rows wait for the campaign's last predictions:
+    # (model, decomposition, brick counts, bricks stored before it).
+    waiting = []
+    for number, source in enumerate(sources):
         keras.backend.clear_session()
         d = decompositions[source.name]
         model = source.build(safe_mode)
@@ -396,13 +463,27 @@ def run_granularity(
         model_rounds = rounds.ModelSampler(
             model_timer, clock, functools.partial(finished, source.name)
         )
-        # Under a budget the bricks were timed (or predicted) already: the
-        # model is sampled alone (`finish`).
         summary = brick_timing.BrickSummary()
         counts = collections.Counter(b.signature for b in d.bricks)
         retimed: dict[str, Timing] = {}
         stored_before = {s for s in counts if s in results}
-        if spent is None:
+        if campaign is not None:
+            # The budget's rounds are spread over the models: this
+            # model's share of it, its chains' passes between the
+            # model's batches, as a full run times bricks beside its
+            # models (see `dlbricks_tf.running.budget`): one round at
+            # least while the budget lasts (sized to no time left when
+            # the rounds before ran over), more while a round fits what
+            # is left of the share.
+            until = budget_s * (number + 1) / len(sources)
+            rounds_run = 0
+            while model_rounds.error is None and (
+                not rounds_run or campaign.elapsed() + campaign.round_s < until
+            ):
+                if not campaign.round(until_s=until, between=model_rounds):
+                    break
+                rounds_run += 1
+        else:
             bricks = to_time(d, model)
             anchored = []
             if anchors and not ort and settings.protocol == "chain":
@@ -431,7 +512,6 @@ def run_granularity(
             )
         meter.tick()
         remeasured.extend(summary.remeasured)
-        new_bricks = len(summary.timed)
         measured[source.name] = model_rounds.finish()
         passes.add(summary.passes, summary.passes_left_out)
         taken = len(model_timer.samples)
@@ -439,65 +519,28 @@ def run_granularity(
         store.put_model(
             source.name, settings, fingerprint, measured[source.name]
         )
-        drift = anchors_lib.drift(counts, results, retimed)
-        row = model_row(
-            source.name,
-            granularity,
-            settings,
-            measured[source.name],
-            anchors_lib.carried(results, stored_before, drift),
-            d,
-            failed,
-            predicted=None if spent is None else spent.predicted,
-            shared=None if spent is None else spent.shared,
-        )
-        row["anchor_bricks"] = len(retimed)
-        row["anchor_drift"] = drift
-        if retimed and not math.isnan(row["estimated_ms"]):
-            # The drift is known to its anchors' precision, on the stored
-            # part of the estimate.
-            part = sum(
-                c * results[s].center_ms * drift
-                for s, c in counts.items()
-                if s in stored_before
-            )
-            row["estimate_precision"] = math.hypot(
-                row["estimate_precision"],
-                anchors_lib.drift_precision(counts, retimed)
-                * part
-                / row["estimated_ms"],
-            )
-        if spent is not None:
-            mine = {b.signature for b in d.bricks}
-            new_bricks = sum(s in mine for s in spent.timed)
-        row["new_unique_bricks"] = new_bricks
-        runs.append(row)
-        if row["failed_bricks"] and math.isnan(row["estimated_ms"]):
-            shown = "; ".join(
-                f"{s}: {r}" for s, r in list(row["failed_bricks"].items())[:3]
-            )
-            estimate_text = (
-                f"not estimated, {len(row['failed_bricks'])} brick(s) "
-                f"failed ({shown})"
+        del model, model_timer, model_rounds
+        if campaign is None:
+            runs.append(
+                make_row(
+                    source.name,
+                    d,
+                    counts,
+                    stored_before,
+                    retimed,
+                    len(summary.timed),
+                )
             )
         else:
-            estimate_text = (
-                f"estimated {row['estimated_ms']:.3f} ms "
-                f"(x{row['normalized']:.3f}, "
-                f"+-{100 * row['estimate_precision']:.1f}%"
-                + (
-                    f", {100 * row['predicted_share']:.0f}% predicted"
-                    if row.get("predicted_share")
-                    else ""
-                )
-                + ")"
+            waiting.append((source.name, d, counts, stored_before))
+    if campaign is not None:
+        spent = campaign.summary()
+        for name, d, counts, stored_before in waiting:
+            mine = {b.signature for b in d.bricks}
+            new_bricks = sum(s in mine for s in spent.timed)
+            runs.append(
+                make_row(name, d, counts, stored_before, {}, new_bricks, spent)
             )
-        log(
-            f"G={granularity} {source.name}: measured "
-            f"{row['measured_ms']:.3f} ms, {estimate_text}, "
-            f"{row['bricks']} bricks, {new_bricks} timed"
-        )
-        del model, model_timer, model_rounds
     meter.stop()
     # Each range gains the machine's variation, seen in the other models.
     ranges.widen(runs)
