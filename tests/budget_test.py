@@ -66,6 +66,17 @@ def _predictor(low: float, high: float) -> predict.Predictor:
     return predict.Predictor(None, "kinds", cv)
 
 
+def _python(code: str) -> subprocess.CompletedProcess:
+    """`code` run by a Python process of its own (the thread pools of a
+    test process are fixed once), its output captured."""
+    return subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+
+
 def test_the_score_favours_a_large_share_of_an_open_model_per_second():
     estimates = {"small": 2.0, "large": 200.0}
     # 1 ms is half of the small model, 10 ms a twentieth of the large one.
@@ -228,7 +239,6 @@ def test_run_within_a_budget_stops_and_predicts_the_rest(files, tmp_path):
 
 
 def test_the_python_api_runs_within_a_budget(files, tmp_path):
-    # Its own process: the pools of a test process are fixed once.
     code = f"""
 import dlbricks_tf
 settings = dlbricks_tf.configure(intra_op_threads=1, inter_op_threads=1)
@@ -239,12 +249,7 @@ results = dlbricks_tf.run(
 for r in results:
     print(r.model, r.predicted_share, r.low_ms, r.estimated_ms, r.high_ms)
 """
-    proc = subprocess.run(
-        [sys.executable, "-c", code],
-        capture_output=True,
-        text=True,
-        check=False,
-    )
+    proc = _python(code)
     assert proc.returncode == 0, proc.stderr
     lines = [line.split() for line in proc.stdout.splitlines()]
     shares = {row[0]: float(row[1]) for row in lines}
@@ -274,7 +279,7 @@ def test_a_rounds_cost_is_fitted_as_a_part_per_round_and_one_per_brick():
 def test_a_round_runs_beside_other_work_and_does_not_count_it(files, tmp_path):
     # `run` spreads a campaign's rounds over its models: their batches go
     # between a round's chain passes, and their seconds are not the
-    # budget's. Its own process: the pools of a test process are fixed once.
+    # budget's.
     code = f"""
 import time
 import dlbricks_tf
@@ -304,12 +309,7 @@ with Store({str(tmp_path / "s.sqlite")!r}) as store:
 print(went_on, len(slept), sum(slept), wall, spent, len(summary.timed),
       summary.stopped)
 """
-    proc = subprocess.run(
-        [sys.executable, "-c", code],
-        capture_output=True,
-        text=True,
-        check=False,
-    )
+    proc = _python(code)
     assert proc.returncode == 0, proc.stderr
     went_on, calls, slept, wall, spent, timed, stopped = proc.stdout.split()
     assert went_on == "True"
