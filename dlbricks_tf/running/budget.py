@@ -100,9 +100,9 @@ budget the readings of the rounds had a median of 0.960 ms and those
 beside the models 1.006 ms, and the models whose readings were slowest
 read highest (correlation -0.50 between a model's scale factor and its
 normalized latency, in two runs). Spread over the models, the
-correlation was -0.14 and -0.28, and the budget put 34 and 32 of 40
-within +-10% against 23-28 with the rounds first, with fewer bricks
-timed (docs/estimating-beyond.md).
+correlation was -0.08 to -0.28, and the budget put 30-34 of 40 within
++-10% in three runs against 23-28 with the rounds first, with fewer
+bricks timed (docs/estimating-beyond.md).
 
 The range. A corrected prediction is as far off as its kind's factor
 is uncertain (shared by every brick of the kind) plus its own residual
