@@ -517,8 +517,9 @@ class Campaign:
     bricks beside its models (see "Spread over the models" above).
 
     Creating it times the probes the store lacks and gets the first
-    predictor (both counted apart from the budget); the budget's clock
-    starts then.
+    predictor (both counted apart from the budget). The budget counts
+    the rounds' own seconds from then (`elapsed`), not what a round's
+    `between` takes.
 
     Args:
         suite: The unique bricks, with their counts per model
