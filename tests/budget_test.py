@@ -278,8 +278,8 @@ def test_a_rounds_cost_is_fitted_as_a_part_per_round_and_one_per_brick():
 
 def test_a_round_runs_beside_other_work_and_does_not_count_it(files, tmp_path):
     # `run` spreads a campaign's rounds over its models: their batches go
-    # between a round's chain passes, and their seconds are not the
-    # budget's.
+    # between a round's chain passes, their seconds are not the budget's,
+    # and a model's rounds time its own bricks.
     code = f"""
 import time
 import dlbricks_tf
@@ -305,21 +305,42 @@ with Store({str(tmp_path / "s.sqlite")!r}) as store:
     went_on = campaign.round(until_s=1e-6, between=between)
     wall = time.perf_counter() - start
     spent = campaign.elapsed()
+    first = len(campaign.timed)
+    # A round among some bricks (a model's own) chooses among them only.
+    only = [s for s in suite.signatures if s not in campaign.timings][-1]
+    among = campaign.round(until_s=1e-6, among=[only])
+    chose = campaign.timed[first:] == [only]
+    # Nothing left among them: no round, and the campaign goes on.
+    none_left = campaign.round(among=[only])
     summary = campaign.summary()
-print(went_on, len(slept), sum(slept), wall, spent, len(summary.timed),
-      summary.stopped)
+print(went_on, len(slept), sum(slept), wall, spent, first, summary.stopped,
+      among, chose, none_left)
 """
     proc = _python(code)
     assert proc.returncode == 0, proc.stderr
-    went_on, calls, slept, wall, spent, timed, stopped = proc.stdout.split()
+    (
+        went_on,
+        calls,
+        slept,
+        wall,
+        spent,
+        first,
+        stopped,
+        among,
+        chose,
+        none_left,
+    ) = proc.stdout.split()
     assert went_on == "True"
     assert int(calls) >= 1  # Between the round's passes.
     # The round's own seconds only: what `between` took is not counted.
     assert 0 < float(spent) <= float(wall) - float(slept)
     # A round sized to no time left takes its first group: one brick and
     # its lead-ins.
-    assert 1 <= int(timed) <= 1 + budget.LEAD_IN
+    assert 1 <= int(first) <= 1 + budget.LEAD_IN
     assert stopped == budget.SPENT  # Not over: the caller stopped.
+    # A round among a model's own bricks times one of them only; with
+    # none of them left it times nothing and the campaign goes on.
+    assert (among, chose, none_left) == ("True", "True", "False")
 
 
 def test_bench_within_a_budget_stores_some_bricks(files, tmp_path):

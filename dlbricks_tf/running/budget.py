@@ -91,18 +91,30 @@ Spread over the models. `time_within_budget` (`bench --budget`) runs
 its rounds back to back. `run --budget` measures every whole model
 too, and spreads the rounds over them (`Campaign.round`): each model in
 turn gets its share of the budget (the budget over the number of
-models; one round at least while the budget lasts), and its rounds'
-chain passes go between the model's batches, as a full run times bricks
-beside its models. With the rounds first and the models after, a
-round's chains were read and scaled by the reference after their own
-short calls and each model after its own calls: on the 40 at a 10%
+models; one round at least while the budget lasts and the model has a
+brick worth timing), spent on its own bricks (`among`: those of a model
+not yet within +-10%, best first), and its rounds' chain passes go
+between the model's batches, as a full run times its bricks beside its
+models. A share left unspent goes to the models after it. With the
+rounds first and the models after, a round's chains were read and
+scaled by the reference after their own short calls and each model
+after its own calls: on the 40 at a 10%
 budget the readings of the rounds had a median of 0.960 ms and those
 beside the models 1.006 ms, and the models whose readings were slowest
 read highest (correlation -0.50 between a model's scale factor and its
 normalized latency, in two runs). Spread over the models, the
 correlation was -0.08 to -0.28, and the budget put 30-34 of 40 within
 +-10% in three runs against 23-28 with the rounds first, with fewer
-bricks timed (docs/estimating-beyond.md).
+bricks timed. Its rounds then chose among every model's bricks, so
+most of them ran beside another model's batches (512 of one run's 552
+bricks), not as a full run times them. Replayed with the full run's
+timings of the very bricks each run timed, the predictions and their
+correction alone would have put 35-38 of 40 within +-10%: what was
+left was the rounds' timings. On each model's own bricks, a model's
+scale factor no longer leaned against its normalized latency (-0.10
+to 0.09, against -0.20 to -0.51), and the 40 at a 10% budget read 33-38
+of 40 within +-10% in five runs (oneDNN on and off) against 29-37 in
+seven (docs/estimating-beyond.md).
 
 The range. A corrected prediction is as far off as its kind's factor
 is uncertain (shared by every brick of the kind) plus its own residual
@@ -726,6 +738,7 @@ class Campaign:
         self,
         until_s: float | None = None,
         between: Callable[[], None] | None = None,
+        among: Collection[str] | None = None,
     ) -> bool:
         """Times one round, unless the campaign is over.
 
@@ -736,10 +749,13 @@ class Campaign:
             between: Called between the round's chain passes
                 (`brick_timing.time_bricks`), e.g. a model's
                 `rounds.ModelSampler`.
+            among: The signatures the round may choose from (those of the
+                model sampled in `between`); None: the suite's.
 
         Returns:
-            False once the campaign is over (`stopped` says why); True
-            after a round.
+            False once the campaign is over (`stopped` says why), or when
+            nothing of `among` is left that would narrow a range (the
+            campaign goes on: `ended` is still False); True after a round.
         """
         if self.ended:
             return False
@@ -754,7 +770,9 @@ class Campaign:
                 aside[0] += time.perf_counter() - t0
 
         try:
-            return self._round(until_s, beside if between else None, aside)
+            return self._round(
+                until_s, beside if between else None, aside, among
+            )
         finally:
             self._spent += time.perf_counter() - start - aside[0]
 
@@ -763,6 +781,7 @@ class Campaign:
         until_s: float | None,
         between: Callable[[], None] | None,
         aside: list[float],
+        among: Collection[str] | None = None,
     ) -> bool:
         """`round`'s work; `aside[0]`: the seconds `between` took so far."""
         start = time.perf_counter()
@@ -805,6 +824,18 @@ class Campaign:
             s: cost_s(predicted_ms[s], self.options, self.setup) for s in todo
         }
         entries = self.entries
+        if among is not None:
+            # Only what narrows a range: the bricks of models already
+            # within +-10% are left, and so is their share.
+            mine = set(among)
+            todo = [
+                s
+                for s in todo
+                if s in mine
+                and any(m in open_models for m, _ in entries[s].counts)
+            ]
+            if not todo:
+                return False
         ranked = sorted(
             todo,
             key=lambda s: (

@@ -469,18 +469,22 @@ def run_granularity(
         stored_before = {s for s in counts if s in results}
         if campaign is not None:
             # The budget's rounds are spread over the models: this
-            # model's share of it, its chains' passes between the
-            # model's batches, as a full run times bricks beside its
-            # models (see `dlbricks_tf.running.budget`): one round at
-            # least while the budget lasts (sized to no time left when
-            # the rounds before ran over), more while a round fits what
-            # is left of the share.
+            # model's share of it, spent on its own bricks, their
+            # chains' passes between the model's batches, as a full run
+            # times bricks beside their models (see
+            # `dlbricks_tf.running.budget`): one round at least while
+            # the budget lasts and the model has a brick worth timing
+            # (sized to no time left when the rounds before ran over),
+            # more while a round fits what is left of the share. A
+            # share left unspent goes to the models after it.
             until = budget_s * (number + 1) / len(sources)
             rounds_run = 0
             while model_rounds.error is None and (
                 not rounds_run or campaign.elapsed() + campaign.round_s < until
             ):
-                if not campaign.round(until_s=until, between=model_rounds):
+                if not campaign.round(
+                    until_s=until, between=model_rounds, among=counts
+                ):
                     break
                 rounds_run += 1
         else:
