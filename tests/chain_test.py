@@ -199,7 +199,7 @@ def test_settled_chains_keep_pace_with_their_model_to_their_caps(
     )
     rounds = []
     committed = {}
-    campaign.time_chains(
+    summary = campaign.time_chains(
         bricks,
         SETTINGS,
         options,
@@ -213,10 +213,11 @@ def test_settled_chains_keep_pace_with_their_model_to_their_caps(
     # Settled at 3 passes; beside a model not done, one more pass per
     # round until it is (the pass before the round that ends it counts),
     # never past max_samples.
-    # A result counts the passes not disturbed (`disturbed`).
+    # A result counts the passes not disturbed (`disturbed`): a pass a
+    # hiccup of the machine slowed is left out and taken again.
     want = min(max(3, model_rounds + 1), 12)
-    assert len(rounds) == want
-    assert all(3 <= r.samples <= want for r in committed.values())
+    assert want <= len(rounds) <= min(want + summary.passes_left_out, 12)
+    assert all(3 <= r.samples <= len(rounds) for r in committed.values())
 
 
 def test_a_brick_a_model_calls_often_gets_one_link_per_pass():
