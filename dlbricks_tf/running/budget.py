@@ -820,9 +820,6 @@ class Campaign:
             u = 1.0
             predicted_ms = dict.fromkeys(todo, 0.0)
 
-        costs = {
-            s: cost_s(predicted_ms[s], self.options, self.setup) for s in todo
-        }
         entries = self.entries
         if among is not None:
             # Only what narrows a range: the bricks of models already
@@ -836,6 +833,9 @@ class Campaign:
             ]
             if not todo:
                 return False
+        costs = {
+            s: cost_s(predicted_ms[s], self.options, self.setup) for s in todo
+        }
         ranked = sorted(
             todo,
             key=lambda s: (
