@@ -540,8 +540,7 @@ def run_granularity(
     if campaign is not None:
         spent = campaign.summary()
         for name, d, counts, stored_before in waiting:
-            mine = {b.signature for b in d.bricks}
-            new_bricks = sum(s in mine for s in spent.timed)
+            new_bricks = sum(s in counts for s in spent.timed)
             runs.append(
                 make_row(name, d, counts, stored_before, {}, new_bricks, spent)
             )
