@@ -222,9 +222,13 @@ def test_each_sample_makes_k_runs(tmp_path, chain_onnx, copies):
     assert timer.runs - before == s * k
     # ORT's profiler counts one model_run per Run: the loop made them all,
     # spread evenly over the weight copies (sessions).
+    traces = [session.end_profiling() for session in timer.sessions]
+    # Each copy profiles into a file of its own (ORT names them to the
+    # millisecond: one prefix could give two sessions one file).
+    assert len(set(traces)) == copies
     counts = []
-    for session in timer.sessions:
-        with open(session.end_profiling()) as f:
+    for trace in traces:
+        with open(trace) as f:
             events = json.load(f)
         counts.append(sum(e.get("name") == "model_run" for e in events))
     assert sum(counts) == timer.runs

@@ -78,6 +78,17 @@ MeasurementError = sampling.MeasurementError
 TimingOptions = sampling.TimingOptions
 
 
+def _copy_prefix(prefix: str | None, index: int, copies: int) -> str | None:
+    """The profile prefix of weight copy `index`: ORT names a profile
+    `<prefix>_<date and time to the millisecond>.json`, so two sessions of
+    one prefix that began profiling in the same millisecond wrote one
+    file, which read back as two JSON documents. Each copy gets its own;
+    one copy keeps `prefix`."""
+    if prefix is None or copies == 1:
+        return prefix
+    return f"{prefix}{index}"
+
+
 class OrtTimer(sampling.AdaptiveSampling):
     """Times one ONNX file under fixed settings, one batch at a time.
 
@@ -152,11 +163,11 @@ class OrtTimer(sampling.AdaptiveSampling):
             session_for(
                 path if model is None else model,
                 settings,
-                profile_prefix=profile_prefix,
+                profile_prefix=_copy_prefix(profile_prefix, i, weight_copies),
                 config=session_config,
                 name=self.path,
             )
-            for _ in range(weight_copies)
+            for i in range(weight_copies)
         ]
         where = f"ONNX model {self.path!r}"
         self._file_specs = onnx_input_specs(self.sessions[0])
