@@ -19,6 +19,11 @@ family F:
    "predicted / timed" compares the predicted estimate with it, apart
    from how far the timed bricks themselves are from the whole model.
 
+With --probes_only, one predictor learns from the probes alone and
+prices every brick of every model: a new machine on which no model brick
+is timed. Its table is followed by the layer classes' timed and predicted
+milliseconds, summed over the models, where the predictions part.
+
 With --probes (the default), every predictor also learns from the probe
 corpus's bricks (`dlbricks_tf.models.probes`: sampled layer configurations, no
 model's), where the store holds them: `dlbricks bench --probes
@@ -38,6 +43,7 @@ and --json those of `benchmarks.eval_flags`.
 Usage:
     python -m benchmarks.predict_eval --db=dlbricks_out/accuracy/store.sqlite
     python -m benchmarks.predict_eval --db=... --noprobes
+    python -m benchmarks.predict_eval --db=... --probes_only
 """
 
 from __future__ import annotations
@@ -65,6 +71,14 @@ _METHOD = flags.DEFINE_enum(
 )
 _SETUP_MS = flags.DEFINE_float(
     "setup_ms", None, "Campaign setup per brick, ms (see the docstring)."
+)
+_PROBES_ONLY = flags.DEFINE_bool(
+    "probes_only",
+    False,
+    "Fit one predictor on the probes' stored bricks alone and predict every "
+    "brick of every model: a new machine on which no model brick is timed. "
+    "Prints each model, then the layer classes' timed and predicted "
+    "milliseconds summed over the models.",
 )
 # The command line's --probes (`bench --probes` times the probe corpus),
 # read here as: learn from the probe corpus's stored bricks too, beside
@@ -157,6 +171,16 @@ def main(argv):
             f"{probe_s:.1f} s",
             flush=True,
         )
+
+    if _PROBES_ONLY.value:
+        if not probe_graphs:
+            raise app.UsageError(
+                f"{db} holds no probe brick at G={g}: time them first "
+                f"(dlbricks bench --probes --granularity={g} --db={db})"
+            )
+        _probes_only(probe_graphs, plans, graphs, results, measured, g)
+        shutil.rmtree(folder)
+        return
 
     rows = []
     fits = []
@@ -298,6 +322,66 @@ def main(argv):
         )
     shutil.rmtree(folder)
     eval_flags.write_json(rows)
+
+
+def _probes_only(probe_graphs, plans, graphs, results, measured, g) -> None:
+    """Prints every model predicted from the probes alone, and the layer
+    classes where the predictions part from the timed bricks."""
+    from dlbricks_tf.estimating import estimate as estimate_lib
+    from dlbricks_tf.estimating import predict as predict_lib
+
+    data = predict_lib.examples(
+        probe_graphs, results, max_granularity=g, group_of=lambda n: n
+    )
+    start = time.perf_counter()
+    predictor = predict_lib.Predictor.fit(data, method=_METHOD.value)
+    fit_s = time.perf_counter() - start
+    print(
+        f"\nPredictor {_METHOD.value} fitted on {len(data)} probe bricks "
+        f"({fit_s:.1f} s); every brick of the models predicted; normalized = "
+        "estimate / measured\n"
+    )
+    print("| model | measured ms | timed | predicted [95% bounds] |")
+    print("|---|---:|---:|---:|")
+    timed_all, predicted_all, inside = [], [], 0
+    classes = {}
+    for name, plan in plans.items():
+        graph, _ = graphs[name]
+        guessed = predictor.predict_bricks(plan.bricks, graph.specs)
+        predicted = estimate_lib.estimate(
+            plan,
+            guessed,
+            sources=dict.fromkeys(guessed, estimate_lib.PREDICTED),
+        )
+        m = measured[name].median_ms
+        timed = estimate_lib.estimate(plan, results).ms / m
+        p = predicted.ms / m
+        low, high = predicted.low_ms / m, predicted.high_ms / m
+        timed_all.append(timed)
+        predicted_all.append(p)
+        inside += low <= 1 <= high
+        print(
+            f"| {name} | {m:.2f} | {timed:.3f} | {p:.3f} "
+            f"[{low:.2f}-{high:.2f}] |"
+        )
+        for brick in plan.bricks:
+            row = classes.setdefault("+".join(brick.class_names), [0.0, 0.0])
+            row[0] += results[brick.signature].median_ms
+            row[1] += guessed[brick.signature].median_ms
+    print(
+        f"\nWithin ±10%: timed {figures.within(timed_all)}/{len(plans)}, "
+        f"predicted {figures.within(predicted_all)}/{len(plans)}; geomean "
+        f"timed {stats.geomean(timed_all):.3f}, predicted "
+        f"{stats.geomean(predicted_all):.3f}; the predicted range holds the "
+        f"measured latency for {inside}/{len(plans)} models.\n"
+    )
+    print(
+        "| layer class of the brick | timed ms, summed over the models "
+        "| predicted ms | predicted / timed |"
+    )
+    print("|---|---:|---:|---:|")
+    for name, (t, p) in sorted(classes.items(), key=lambda kv: -kv[1][0])[:15]:
+        print(f"| {name} | {t:.1f} | {p:.1f} | {p / t:.2f} |")
 
 
 if __name__ == "__main__":
