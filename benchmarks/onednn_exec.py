@@ -20,11 +20,12 @@ that the table says what the model's primitives cost, run as the model
 runs them and as its bricks' chain runs them. oneDNN's log slows what it
 times: read the ratios, not the microseconds. Nothing here is stored.
 
---model and --granularity (one G) choose the model; --threads the
-intra-op thread counts (one inter-op thread).
+--models (keras.applications names; NASNetMobile without it) and
+--granularity (one G) choose what is cut; --threads the intra-op thread
+counts (one inter-op thread).
 
 Usage:
-    python -m benchmarks.onednn_exec --model=NASNetMobile --threads=1,2
+    python -m benchmarks.onednn_exec --models=NASNetMobile --threads=1,2
 """
 
 from __future__ import annotations
@@ -42,10 +43,8 @@ from absl import app, flags
 from dlbricks_tf.cli import model_flags
 
 # Shown by --helpshort.
-flags.declare_key_flag("granularity")
-_MODEL = flags.DEFINE_string(
-    "model", "NASNetMobile", "keras.applications model name."
-)
+for _name in ("granularity", "models"):
+    flags.declare_key_flag(_name)
 _THREADS = flags.DEFINE_list("threads", ["1", "2"], "Intra-op thread counts.")
 _WARMUP = flags.DEFINE_integer(
     "warmup", 5, "Samples before the log is read.", lower_bound=1
@@ -59,9 +58,13 @@ _CHILD = flags.DEFINE_enum(
 _CHILD_THREADS = flags.DEFINE_integer(
     "exec_child_threads", 1, "Internal: the child's intra-op threads."
 )
+_CHILD_MODEL = flags.DEFINE_string(
+    "exec_child_model", None, "Internal: the child's model."
+)
 
 _MARK = "=== "
 WAYS = ("model", "bricks")
+DEFAULT_MODEL = "NASNetMobile"
 
 
 @dataclasses.dataclass
@@ -151,7 +154,7 @@ def compare(model: Tally, bricks: Tally) -> tuple[list[Row], float]:
     return rows, share
 
 
-def _run_child(way: str, threads: int) -> None:
+def _run_child(way: str, threads: int, name: str) -> None:
     from dlbricks_tf.machine import process as process_lib
     from dlbricks_tf.machine import settings as settings_lib
 
@@ -162,12 +165,12 @@ def _run_child(way: str, threads: int) -> None:
     from dlbricks_tf.measuring.chain import ChainTimer
     from dlbricks_tf.models import corpus
 
-    model = corpus.application(_MODEL.value)
+    model = corpus.application(name)
     if way == "model":
         items = [("model", model)]
     else:
         g = model_flags.one_granularity()
-        suite = suite_lib.build_suite({_MODEL.value: decompose(model, g)})
+        suite = suite_lib.build_suite({name: decompose(model, g)})
         items = [(e.signature, e.brick.build(1)) for e in suite.entries]
     chain = ChainTimer(items, settings)
     for _ in range(_WARMUP.value):
@@ -181,12 +184,12 @@ def _run_child(way: str, threads: int) -> None:
     os.write(1, f"{_MARK}calls {passes}\n".encode())
 
 
-def _tally(way: str, threads: int, env: dict[str, str]) -> Tally:
+def _tally(way: str, threads: int, name: str, env: dict[str, str]) -> Tally:
     args = [a for a in sys.argv[1:] if not a.startswith("--exec_child")]
     tally = Tally()
     with subprocess.Popen(
         [sys.executable, "-m", "benchmarks.onednn_exec", f"--exec_child={way}"]
-        + [f"--exec_child_threads={threads}"]
+        + [f"--exec_child_threads={threads}", f"--exec_child_model={name}"]
         + args,
         env=env,
         stdout=subprocess.PIPE,
@@ -204,7 +207,7 @@ def main(argv: list[str]) -> None:
     if len(argv) > 1:
         raise app.UsageError(f"Unexpected arguments: {argv[1:]}")
     if _CHILD.value:
-        _run_child(_CHILD.value, _CHILD_THREADS.value)
+        _run_child(_CHILD.value, _CHILD_THREADS.value, _CHILD_MODEL.value)
         return
     from dlbricks_tf.machine import fingerprint
 
@@ -215,26 +218,26 @@ def main(argv: list[str]) -> None:
     print(
         f"{datetime.datetime.now(datetime.UTC):%Y-%m-%d %H:%M} UTC, "
         f"{fingerprint.cpu_model()}, Python {platform.python_version()}, "
-        f"TF_ENABLE_ONEDNN_OPTS={env['TF_ENABLE_ONEDNN_OPTS']}, "
-        f"{_MODEL.value} G={g}"
+        f"TF_ENABLE_ONEDNN_OPTS={env['TF_ENABLE_ONEDNN_OPTS']}, G={g}"
     )
     print("command: python -m benchmarks.onednn_exec " + " ".join(sys.argv[1:]))
     lines = [
-        "| threads | primitive | runs a model call | us a run, model "
-        "| us a run, bricks | bricks / model |",
-        "|---:|---|---:|---:|---:|---:|",
+        "| model | threads | primitive | runs a model call "
+        "| us a run, model | us a run, bricks | bricks / model |",
+        "|---|---:|---|---:|---:|---:|---:|",
     ]
     shares = []
-    for threads in map(int, _THREADS.value):
-        tallies = {way: _tally(way, threads, env) for way in WAYS}
-        rows, share = compare(tallies["model"], tallies["bricks"])
-        shares.append(f"{threads} thread(s) {share:.0%}")
-        for r in rows:
-            lines.append(
-                f"| {threads} | {r.kind} | {r.per_call:.0f} "
-                f"| {r.model_us:.1f} | {r.bricks_us:.1f} "
-                f"| {r.bricks_us / r.model_us:.2f} |"
-            )
+    for name in model_flags.MODELS.value or [DEFAULT_MODEL]:
+        for threads in map(int, _THREADS.value):
+            tallies = {way: _tally(way, threads, name, env) for way in WAYS}
+            rows, share = compare(tallies["model"], tallies["bricks"])
+            shares.append(f"{name} at {threads} thread(s) {share:.0%}")
+            for r in rows:
+                lines.append(
+                    f"| {name} | {threads} | {r.kind} | {r.per_call:.0f} "
+                    f"| {r.model_us:.1f} | {r.bricks_us:.1f} "
+                    f"| {r.bricks_us / r.model_us:.2f} |"
+                )
     print("\n".join(lines))
     print(
         "Share of the model's primitive time in problems its bricks run: "
