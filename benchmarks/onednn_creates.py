@@ -35,12 +35,11 @@ from __future__ import annotations
 import collections
 import functools
 import os
-import subprocess
 import sys
 
 from absl import app, flags
 
-from benchmarks import accuracy
+from benchmarks import accuracy, child_lines
 
 _CHILD = flags.DEFINE_bool(
     "census_child",
@@ -170,18 +169,11 @@ def main(argv: list[str]) -> None:
     env = dict(os.environ, ONEDNN_VERBOSE="profile_create")
     env.setdefault("TF_ENABLE_ONEDNN_OPTS", "1")
     census = Census()
-    with subprocess.Popen(
-        [sys.executable, "-m", "benchmarks.onednn_creates", "--census_child"]
-        + args,
-        env=env,
-        stdout=subprocess.PIPE,
-        text=True,
-    ) as child:
-        for line in child.stdout:
-            if not census.feed(line):
-                sys.stdout.write(line)
-    if child.returncode:
-        raise SystemExit(child.returncode)
+    child_lines.read_child(
+        ["benchmarks.onednn_creates", "--census_child", *args],
+        env,
+        census.feed,
+    )
     print()
     print(
         "oneDNN primitive creations by where they fell "

@@ -35,11 +35,11 @@ import dataclasses
 import datetime
 import os
 import platform
-import subprocess
 import sys
 
 from absl import app, flags
 
+from benchmarks import child_lines
 from dlbricks_tf.cli import model_flags
 
 # Shown by --helpshort.
@@ -187,19 +187,17 @@ def _run_child(way: str, threads: int, name: str) -> None:
 def _tally(way: str, threads: int, name: str, env: dict[str, str]) -> Tally:
     args = [a for a in sys.argv[1:] if not a.startswith("--exec_child")]
     tally = Tally()
-    with subprocess.Popen(
-        [sys.executable, "-m", "benchmarks.onednn_exec", f"--exec_child={way}"]
-        + [f"--exec_child_threads={threads}", f"--exec_child_model={name}"]
-        + args,
-        env=env,
-        stdout=subprocess.PIPE,
-        text=True,
-    ) as child:
-        for line in child.stdout:
-            if not tally.feed(line):
-                sys.stdout.write(line)
-    if child.returncode:
-        raise SystemExit(child.returncode)
+    child_lines.read_child(
+        [
+            "benchmarks.onednn_exec",
+            f"--exec_child={way}",
+            f"--exec_child_threads={threads}",
+            f"--exec_child_model={name}",
+            *args,
+        ],
+        env,
+        tally.feed,
+    )
     return tally
 
 
