@@ -139,18 +139,13 @@ def compare(model: Tally, bricks: Tally) -> tuple[list[Row], float]:
             sums.items(), key=lambda kv: -kv[1][1]
         )
     ]
-    n = sum(r.per_call for r in rows)
+    # Totals over the kinds (none when the two ways share no problem).
+    n, model_us, bricks_us = [
+        sum(column) for column in zip(*sums.values(), strict=True)
+    ] or [0.0, 0.0, 0.0]
     if n:
-        rows.append(
-            Row(
-                "all",
-                n,
-                sum(r.per_call * r.model_us for r in rows) / n,
-                sum(r.per_call * r.bricks_us for r in rows) / n,
-            )
-        )
-    matched = sum(r.per_call * r.model_us for r in rows[:-1]) / 1e3
-    share = matched / (total / model.calls) if total else 0.0
+        rows.append(Row("all", n, model_us / n, bricks_us / n))
+    share = model_us / 1e3 / (total / model.calls) if total else 0.0
     return rows, share
 
 
