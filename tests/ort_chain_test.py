@@ -258,6 +258,58 @@ def test_owners_map_the_same_nodes_with_the_weights_written_or_not(
     assert len(linked.nodes) >= len(bricks)
 
 
+def test_owners_map_the_same_nodes_with_the_weights_as_zeros(
+    tmp_path, monkeypatch
+):
+    # Conv, BN, ReLU, conv, one layer a brick: ORT fuses across their
+    # edges, and folds the BN into the first convolution's weights.
+    paths = [
+        brick_timing.brick_onnx_file(build, tmp_path, name, 1).path
+        for name, build in (
+            ("conv", functools.partial(_conv, channels=64)),
+            ("bn", _batch_norm),
+            ("relu", _relu),
+            ("conv8", functools.partial(_conv, channels=8)),
+        )
+    ]
+    chain = ort_chain.OrtChain(paths, ORT, None, "chain", FAST)
+    model = chain.graph.model
+    big = [
+        t.name
+        for t in model.graph.initializer
+        if ort_chain._raw_bytes(t) >= ort_chain.SKELETON_MIN_BYTES
+    ]
+    assert big  # The 3x3x8x64 kernel at least.
+    folder = tmp_path / "skeleton"
+    folder.mkdir()
+    path = ort_chain.skeleton(model, folder)
+    stub = onnx.load(path, load_external_data=False)
+    assert [n.name for n in stub.graph.node] == [
+        n.name for n in model.graph.node
+    ]
+    external = [
+        t.name
+        for t in stub.graph.initializer
+        if t.data_location == onnx.TensorProto.EXTERNAL
+    ]
+    assert external == big
+    # The weights' bytes are in neither file: a sparse file of zeros.
+    assert (folder / "skeleton.onnx").stat().st_size < 4096
+    zeros = onnx.load(path).graph.initializer
+    assert all(
+        not onnx.numpy_helper.to_array(t).any() for t in zeros if t.name in big
+    )
+    small = {t.name: t for t in model.graph.initializer if t.name not in big}
+    assert all(t == small[t.name] for t in zeros if t.name not in big)
+
+    skeleton = ort_chain.Owners(model, ORT)
+    monkeypatch.setattr(ort_chain, "SKELETON_MIN_BYTES", 2**62)
+    weights = ort_chain.Owners(model, ORT)
+    assert skeleton.nodes == weights.nodes
+    assert skeleton.tensors == weights.tensors
+    assert len(skeleton.nodes) >= 2
+
+
 def test_profile_is_read_once_and_not_sampled_after(tmp_path, bricks):
     chain = ort_chain.OrtChain(
         bricks, ORT, tmp_path, "chain", FAST, profile_runs=2
