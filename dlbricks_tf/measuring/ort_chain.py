@@ -273,9 +273,9 @@ class Owners:
     (`session.disable_prepacking`), the optimised graph's weights
     written to the null device. Fusions look at the kept small constants
     (shapes, epsilons, clip bounds), not at weights. With the weights
-    read and packed, this session cost more than the chain's own: 0.8-1.8
-    s for VGG16's chain at G=1 (499 MiB of weights), against 0.2-0.8 s
-    opening the timed session; on the skeleton, 0.06-0.07 s.
+    read and packed, opening it cost more than opening the chain's timed
+    one: 0.8-1.8 s for VGG16's chain at G=1 (499 MiB of weights),
+    against 0.2-0.8 s; on the skeleton, 0.06-0.07 s.
 
     Args:
         model: The chain's merged graph, its `.onnx` file, or its graph
