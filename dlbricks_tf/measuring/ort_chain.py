@@ -278,21 +278,19 @@ class Owners:
     against 0.2-0.8 s; on the skeleton, 0.06-0.07 s.
 
     Args:
-        model: The chain's merged graph, its `.onnx` file, or its graph
-            serialised.
+        model: The chain's merged graph (`onnx.ModelProto`), or its
+            `.onnx` file.
         settings: Run settings (threads) of the chain's sessions.
     """
 
     def __init__(
         self,
-        model: str | os.PathLike | bytes | Any,
+        model: str | os.PathLike | Any,
         settings: settings_lib.RunSettings,
     ) -> None:
         import onnx
 
-        if isinstance(model, bytes):
-            model = onnx.load_from_string(model)
-        elif isinstance(model, (str, os.PathLike)):
+        if isinstance(model, (str, os.PathLike)):
             model = onnx.load(str(model))
         ort = ort_session.import_onnxruntime()
         options = ort_session.session_options(
@@ -428,8 +426,8 @@ class ChainProfile:
     the profiling of `sessions`.
 
     Args:
-        model: The chain's merged graph, its `.onnx` file, or its graph
-            serialised (for `Owners`).
+        model: The chain's merged graph, or its `.onnx` file (for
+            `Owners`).
         bricks: Bricks in the chain.
         settings: Run settings (threads) of the chain's timer.
         feed: {input name: array} to run the chain on.
@@ -443,7 +441,7 @@ class ChainProfile:
 
     def __init__(
         self,
-        model: str | os.PathLike | bytes | Any,
+        model: str | os.PathLike | Any,
         bricks: int,
         settings: settings_lib.RunSettings,
         feed: Mapping[str, object],
