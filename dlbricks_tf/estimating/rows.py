@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import collections
 import dataclasses
+import functools
 import math
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -36,6 +37,7 @@ def model_row(
     failed: Mapping[str, str] | None = None,
     predicted: Mapping[str, Timing] | None = None,
     shared: Mapping[str, tuple[str, float]] | None = None,
+    layout: Any = None,
 ) -> dict[str, Any]:
     """One model's row of report.json: measured against estimated.
 
@@ -61,6 +63,10 @@ def model_row(
             corrected prediction's error its kind shares
             (`BudgetSummary.shared`); the other predicted bricks carry
             the predictor's cross-validated interval.
+        layout: On ONNX Runtime, the model's NCHWc reorders priced
+            (`dlbricks_tf.measuring.ort_layout.LayoutPrice`): added once to
+            every estimate, as a model's cost beyond its layers; the row
+            says how many and what they add. None: nothing added.
     """
     failed = failed or {}
     # A predicted brick's minimum is its predicted latency (its interval's
@@ -107,9 +113,13 @@ def model_row(
         }
     counts = collections.Counter(b.signature for b in d.bricks)
     labels = {s: estimate_lib.PREDICTED for s in signatures if s in guessed}
-    seq = estimate_lib.estimate(d, results, "sequential", sources=labels)
+    extra = layout.ms if layout is not None else 0.0
+    estimate = functools.partial(
+        estimate_lib.estimate, d, results, call_overhead_ms=extra
+    )
+    seq = estimate("sequential", sources=labels)
     width = precision.estimate_precision(counts, results, labels, shared)
-    par = estimate_lib.estimate(d, results, "parallel")
+    par = estimate("parallel")
     row = {
         **row,
         "estimated_ms": seq.ms,
@@ -118,14 +128,13 @@ def model_row(
         # The same ratio from medians: on a noisy machine below the mean's,
         # since a model's median exceeds the sum of its bricks' medians.
         "normalized_median": (
-            estimate_lib.estimate(d, results, statistic="median").ms
-            / m.median_ms
+            estimate(statistic="median").ms / m.median_ms
             if m.median_ms > 0
             else math.inf
         ),
         # The same ratio from minima: robust to a machine's slow phases.
         "normalized_min": (
-            estimate_lib.estimate(d, results, statistic="min").ms / m.min_ms
+            estimate(statistic="min").ms / m.min_ms
             if m.min_ms > 0
             else math.inf
         ),
@@ -147,6 +156,11 @@ def model_row(
         "method": "predicted" if labels else "timed",
         "sources": {s.label: s.share for s in seq.sources},
     }
+    if layout is not None:
+        row["layout_ms"] = layout.ms
+        row["layout_reorders"] = layout.reorders
+        row["layout_reorders_exact"] = layout.exact
+        row["layout_reorders_unpriced"] = layout.unpriced
     if predicted is not None:
         row["predicted_bricks"] = len(labels)
         row["predicted_share"] = seq.share(estimate_lib.PREDICTED)

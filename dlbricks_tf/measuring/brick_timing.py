@@ -186,6 +186,7 @@ def time_bricks(
     on_failure: Callable[[str, str], None] | None = None,
     scale: Any = None,
     unstored: Collection[str] = (),
+    on_layout: Callable[[str, Timing], None] | None = None,
 ) -> BrickSummary:
     """Times `bricks` under `settings` and commits each result to `store`.
 
@@ -227,6 +228,10 @@ def time_bricks(
         unstored: Keys timed only to be compared (a model's anchors,
             `dlbricks_tf.estimating.anchors`): handed to `on_result`,
             never written to the store, not in the summary's `timed`.
+        on_layout: ONNX Runtime's chains only: called with (key, timing)
+            of each NCHWc reorder a chain ran as an edge, after it is
+            written to the store under its key
+            (`dlbricks_tf.measuring.ort_layout`); not in the summary.
 
     Returns:
         What was timed, re-measured and failed.
@@ -262,6 +267,11 @@ def time_bricks(
         if on_failure is not None:
             on_failure(key, reason)
 
+    def commit_layout(key: str, result: Timing) -> None:
+        store.put(key, settings, fingerprint, result)
+        if on_layout is not None:
+            on_layout(key, result)
+
     unique = list({b.key: b for b in bricks}.values())
     describers = {b.key: b.describe for b in unique}
 
@@ -287,6 +297,7 @@ def time_bricks(
                 on_failure=fail,
                 stop=stop,
                 scale=scale,
+                on_layout=commit_layout,
             )
         else:
             chained = [

@@ -31,6 +31,11 @@ profiled runs are made. Its bricks are then handed to `on_result`: each
 brick's timing is the chain's timing scaled by the brick's share of it,
 so it carries the chain's relative precision and its noisy flag.
 
+Layout. The NCHWc reorders a chain ran as its edges are no brick's; each
+is handed to `on_layout` under its key (`ort_layout.reorder_key`), timed
+as a brick is, so that a model's estimate can add the reorders its own
+graph runs (`ort_layout.price`).
+
 Importing this module imports neither TensorFlow nor ONNX Runtime.
 
 Example:
@@ -49,7 +54,7 @@ from typing import Any
 
 from dlbricks_tf.machine import process as process_lib
 from dlbricks_tf.machine import settings as settings_lib
-from dlbricks_tf.measuring import ort_chain, rounds
+from dlbricks_tf.measuring import ort_chain, ort_layout, rounds
 from dlbricks_tf.measuring.sampling import MeasurementError, TimingOptions
 from dlbricks_tf.stats import Timing
 from dlbricks_tf.storing.database import StoreError
@@ -185,6 +190,7 @@ def time_ort_chains(
     stop: Callable[[], bool] | None = None,
     scale: Any = None,
     session_config: Mapping[str, str] | None = None,
+    on_layout: Callable[[str, Timing], None] | None = None,
 ) -> OrtCampaignSummary:
     """Times `bricks` on ONNX Runtime in chains (see the module docstring).
 
@@ -202,6 +208,10 @@ def time_ort_chains(
             `between`); True ends the call after the chain in flight.
         scale: A `reference.ReferenceScale` for the chains' samples.
         session_config: ORT session configuration entries of every chain.
+        on_layout: Called with (key, timing) of each NCHWc reorder a
+            chain ran as an edge (`ort_layout.edge_reorders`), as its
+            chain is done; the timing is the chain's, scaled by one such
+            node's share, as a brick's.
 
     Returns:
         What was timed and failed, and what it cost.
@@ -277,6 +287,17 @@ def time_ort_chains(
                 noisy.append(key)
             if on_result is not None:
                 on_result(key, timing)
+        if on_layout is not None and shares.profiled_ms > 0 and total > 0:
+            # The shares' scale: the chain's time per profiled microsecond.
+            per_us = total / (shares.profiled_ms * 1e3)
+            profile = item.chain.profile
+            edges = ort_layout.edge_reorders(
+                profile.events(), profile.owners, ort_chain.WARMUP_RUNS
+            )
+            for key, us in edges.items():
+                on_layout(
+                    key, brick_timing(result, min(us * per_us / total, 1.0))
+                )
 
     def run(chains: list[_Chain]) -> None:
         """Samples `chains` in rounds until each is done."""

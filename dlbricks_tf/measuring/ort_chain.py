@@ -127,7 +127,7 @@ def kernel_times(
     Raises:
         MeasurementError: If no run is left to count.
     """
-    counted, kernels = _kernel_events(events, skip_runs)
+    counted, kernels = kernel_events(events, skip_runs)
     us = [0.0] * (bricks + 1)  # The last entry: the edges.
     nodes = [0] * (bricks + 1)
     for node, event in kernels:
@@ -159,7 +159,7 @@ def op_kernel_times(
     Raises:
         MeasurementError: If no run is left to count.
     """
-    counted, kernels = _kernel_events(events, skip_runs)
+    counted, kernels = kernel_events(events, skip_runs)
     out: dict[tuple[int | None, str], float] = {}
     for node, event in kernels:
         key = (owner(node) if owner else None, event["args"].get("op_name"))
@@ -195,7 +195,7 @@ def profile_op_times(
     return {op: us for (_, op), us in found.items()}
 
 
-def _kernel_events(
+def kernel_events(
     events: Sequence[Mapping], skip_runs: int
 ) -> tuple[int, list[tuple[str, Mapping]]]:
     """(runs counted, [(node name, event)] of the kernels of those runs).
@@ -494,8 +494,12 @@ class ChainProfile:
     def op_times(self) -> dict[tuple[int | None, str], float]:
         """`op_kernel_times` of the profiled runs (read by
         `kernel_times`, which ends profiling)."""
+        return op_kernel_times(self.events(), WARMUP_RUNS, owner=self.owners)
+
+    def events(self) -> list[dict]:
+        """ORT's profile of the runs (warm-up included); ends profiling."""
         self.kernel_times()
-        return op_kernel_times(self._events, WARMUP_RUNS, owner=self.owners)
+        return self._events
 
     def kernel_times(self) -> KernelTimes:
         """What the profiled runs' nodes took; ends profiling."""

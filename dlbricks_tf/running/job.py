@@ -48,8 +48,9 @@ from dlbricks_tf.estimating import anchors as anchors_lib
 from dlbricks_tf.estimating import ranges
 from dlbricks_tf.estimating.rows import corpus_row, model_row
 from dlbricks_tf.machine.fingerprint import system_fingerprint
-from dlbricks_tf.measuring import disturbed, rounds, steal
+from dlbricks_tf.measuring import disturbed, ort_layout, rounds, steal
 from dlbricks_tf.measuring import reference as reference_lib
+from dlbricks_tf.measuring.sampling import MeasurementError
 from dlbricks_tf.models.sources import (  # noqa: F401 (the job's names for them)
     MODEL_FILE_SUFFIXES,
     ModelSource,
@@ -245,6 +246,10 @@ def run_granularity(
     if scale is not None:  # Every model cut: the store gets its state now.
         clock.run(setup, lambda: scale.state_ms)
     results: dict[str, Timing] = {}
+    # ONNX Runtime: the NCHWc reorders the chains timed, by key, and those
+    # each model's own graph runs (`ort_layout`), priced into its estimate.
+    layout: dict[str, Timing] = {}
+    reorders: dict[str, dict[str, int] | None] = {}
     if reuse_stored:
         # Under a budget a noisy stored timing is kept: it is still
         # better than a prediction, and the budget goes to new bricks.
@@ -260,6 +265,10 @@ def run_granularity(
                 or timing_problem(stored[s].to_dict(), ordered=False) is None
             )
         }
+        if ort:
+            layout = {
+                k: t for k, t in stored.items() if ort_layout.is_layout_key(k)
+            }
     total = len(sources) + len(suite) - len(results)
     done = [0]
     if progress is not None and sources:
@@ -340,10 +349,12 @@ def run_granularity(
         return list(bricks.values())
 
     def model_runnable(source, model):
-        """What the backend runs of the whole model."""
+        """What the backend runs of the whole model; on ONNX Runtime, the
+        reorders its graph runs are read from its file (campaign setup:
+        the estimate adds them)."""
         if not ort:
             return model
-        return clock.run(
+        onnx_file = clock.run(
             CONVERSION,
             brick_timing.model_onnx_file,
             model,
@@ -351,6 +362,18 @@ def run_granularity(
             source.name,
             settings.batch_size,
         )
+        try:
+            reorders[source.name] = clock.run(
+                setup,
+                ort_layout.model_reorders,
+                onnx_file.path,
+                settings,
+                onnx_file.id_bounds,
+            )
+        except MeasurementError as e:  # Timed as before, without them.
+            reorders[source.name] = None
+            log(f"G={granularity} {source.name}: reorders not read: {e}")
+        return onnx_file
 
     def make_row(
         name, d, counts, stored_before, retimed, new_bricks, spent=None
@@ -368,6 +391,7 @@ def run_granularity(
             failed,
             predicted=None if spent is None else spent.predicted,
             shared=None if spent is None else spent.shared,
+            layout=_layout_price(reorders.get(name), layout) if ort else None,
         )
         row["anchor_bricks"] = len(retimed)
         row["anchor_drift"] = drift
@@ -513,6 +537,7 @@ def run_granularity(
                 on_failure=functools.partial(brick_failed, source.name),
                 scale=scale,
                 unstored=anchored,
+                on_layout=layout.__setitem__,
             )
         meter.tick()
         remeasured.extend(summary.remeasured)
@@ -591,6 +616,15 @@ def run_granularity(
         tuple(remeasured),
         dict(failed),
     )
+
+
+def _layout_price(
+    counts: dict[str, int] | None, layout: dict[str, Timing]
+) -> ort_layout.LayoutPrice | None:
+    """A model's reorders priced at the chains' (None: not read)."""
+    if counts is None:
+        return None
+    return ort_layout.price(counts, ort_layout.known_ms(layout))
 
 
 def run_job(
