@@ -25,7 +25,9 @@ bricks: that overcounted. Instead each model pays its own.
 
 A reorder's key (`reorder_key`) names its op and shapes, e.g.
 `nchwc:ReorderOutput:1x576x7x7>1x576x7x7`; a campaign stores each timed
-reorder under its key beside the bricks (`ort_campaign`).
+reorder under its key beside the bricks (`ort_campaign`), and
+`Store.results(..., layout=True)` reads them back (without it, bricks
+only).
 
 Example:
     counts = model_reorders("model-MobileNetV3Small.onnx", settings)
@@ -45,11 +47,10 @@ from typing import Any
 
 from dlbricks_tf.machine import settings as settings_lib
 from dlbricks_tf.measuring import ort_chain, ort_session
+from dlbricks_tf.storing.store import LAYOUT_PREFIX as PREFIX
 
 # ORT's NCHWc reorders (domain com.microsoft.nchwc).
 REORDER_OPS = ("ReorderInput", "ReorderOutput")
-# The prefix of a reorder's key, which no brick's signature has.
-PREFIX = "nchwc:"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -69,11 +70,6 @@ class LayoutPrice:
     reorders: int = 0
     exact: int = 0
     unpriced: int = 0
-
-
-def is_layout_key(key: str) -> bool:
-    """Whether a stored key is a reorder's, not a brick's."""
-    return key.startswith(PREFIX)
 
 
 def reorder_key(event: Mapping) -> str | None:
@@ -220,9 +216,6 @@ def price(counts: Mapping[str, int], known: Mapping[str, float]) -> LayoutPrice:
 
 
 def known_ms(results: Mapping[str, Any]) -> dict[str, float]:
-    """{key: ms} of the reorders among stored results ({key: Timing})."""
-    return {
-        key: timing.center_ms
-        for key, timing in results.items()
-        if is_layout_key(key)
-    }
+    """{key: ms} of reorders' timings ({key: Timing}), e.g.
+    `Store.results(settings, fp, layout=True)`."""
+    return {key: timing.center_ms for key, timing in results.items()}

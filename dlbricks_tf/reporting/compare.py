@@ -25,6 +25,7 @@ from dlbricks_tf.estimating import estimate as estimate_lib
 from dlbricks_tf.machine.fingerprint import SystemFingerprint
 from dlbricks_tf.machine.settings import RunSettings
 from dlbricks_tf.stats import Timing
+from dlbricks_tf.storing.store import LAYOUT_PREFIX
 
 _STAT_FIELDS = tuple(f.name for f in dataclasses.fields(Timing))
 # A pick is wrong when the configuration the estimates pick measured more
@@ -165,6 +166,8 @@ def configurations(
     """
     groups: dict[tuple[str, str], dict[str, Any]] = {}
     for row in store.rows("brick"):
+        if row["signature"].startswith(LAYOUT_PREFIX):  # No brick's.
+            continue
         settings = RunSettings.from_dict(row["settings"])
         if batch_size is not None and settings.batch_size != batch_size:
             continue

@@ -266,9 +266,7 @@ def run_granularity(
             )
         }
         if ort:
-            layout = {
-                k: t for k, t in stored.items() if ort_layout.is_layout_key(k)
-            }
+            layout = store.results(settings, fingerprint, layout=True)
     total = len(sources) + len(suite) - len(results)
     done = [0]
     if progress is not None and sources:

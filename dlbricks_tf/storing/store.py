@@ -53,6 +53,10 @@ from dlbricks_tf.storing.database import (
     StoreError,
 )
 
+# The keys of the ONNX Runtime layout changes stored beside the bricks
+# (`dlbricks_tf.measuring.ort_layout`): `results` leaves them out.
+LAYOUT_PREFIX = "nchwc:"
+
 
 class Store(Database):
     """A results database in one SQLite file (created if absent).
@@ -203,12 +207,18 @@ class Store(Database):
         fp: SystemFingerprint,
         *,
         accept_noisy: bool = True,
+        layout: bool = False,
     ) -> dict[str, Timing]:
-        """Returns {signature: timing} for one settings and fingerprint."""
+        """Returns {signature: timing} for one settings and fingerprint.
+
+        With `layout`, the layout changes' rows (keys `LAYOUT_PREFIX`...)
+        instead of the bricks'.
+        """
         rows = self._read(
             f"SELECT signature, {', '.join(_STATS)} FROM brick_results"
-            " WHERE settings_key = ? AND fingerprint_id = ?",
-            (settings.key(), fp.id),
+            " WHERE settings_key = ? AND fingerprint_id = ?"
+            f" AND (substr(signature, 1, {len(LAYOUT_PREFIX)}) = ?) = ?",
+            (settings.key(), fp.id, LAYOUT_PREFIX, int(layout)),
         )
         timings = {
             r[0]: Timing.from_dict(dict(zip(_STATS, r[1:], strict=True)))
