@@ -229,6 +229,10 @@ def estimate(
 ) -> list[ModelResult]:
     """Estimates models from the bricks a store holds, timing nothing.
 
+    On ONNX Runtime (`settings.backend`), each model is converted to the
+    `onnx` folder beside `db` to read the NCHWc reorders its graph runs,
+    added as `run` adds them.
+
     Raises:
         MissingResultsError: A model has bricks the store lacks.
     """
@@ -243,6 +247,7 @@ def estimate(
             store,
             mode,
             fuse=fuse,
+            onnx_folder=_onnx_folder(db),
         )
     return [_result(r, "low_ms", "high_ms") for r in rows]
 

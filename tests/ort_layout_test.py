@@ -23,7 +23,7 @@ from dlbricks_tf.measuring import (
     ort_session,
     timing,
 )
-from dlbricks_tf.running import job
+from dlbricks_tf.running import job, steps
 from dlbricks_tf.storing.store import Store
 from tests import models
 
@@ -163,13 +163,16 @@ def test_price_takes_the_same_reorder_else_its_ops_time_per_element():
     assert ort_layout.price({}, known) == ort_layout.LayoutPrice()
 
 
-def test_a_run_on_onnx_runtime_adds_each_models_reorders(tmp_path):
+def test_run_and_estimate_on_onnx_runtime_add_each_models_reorders(
+    tmp_path,
+):
     path = tmp_path / "se.keras"
     _squeeze_excite().save(path)
     fp = system_fingerprint()
+    sources = job.resolve_models([str(path)])
     with Store(tmp_path / "s.sqlite") as store:
         report, _ = job.run_job(
-            job.resolve_models([str(path)]),
+            sources,
             [1],
             ORT,
             store,
@@ -180,6 +183,11 @@ def test_a_run_on_onnx_runtime_adds_each_models_reorders(tmp_path):
         )
         layout = store.results(ORT, fp, layout=True)
         bricks = store.results(ORT, fp)
+        # `estimate` from the store adds the same, its model converted.
+        extra = steps.layout_ms(sources, ORT, fp, store, tmp_path / "again")
+        (estimated,) = steps.estimate_models(
+            sources, 1, ORT, fp, store, onnx_folder=tmp_path / "again"
+        )
     (row,) = report["runs"]
     counts = ort_layout.model_reorders(tmp_path / "onnx" / "model-se.onnx", ORT)
     assert row["layout_reorders"] == sum(counts.values()) > 0
@@ -194,3 +202,5 @@ def test_a_run_on_onnx_runtime_adds_each_models_reorders(tmp_path):
         for b in dlbricks_tf.decompose(str(path), 1).bricks
     )
     assert math.isclose(row["estimated_ms"], summed + price.ms)
+    assert extra == {"se": pytest.approx(price.ms)}
+    assert estimated["estimated_ms"] == pytest.approx(row["estimated_ms"])

@@ -8,6 +8,7 @@ the parallel estimate.
 from __future__ import annotations
 
 import dataclasses
+import os
 
 from absl import app, flags
 
@@ -48,7 +49,7 @@ def estimate(sources, gs, safe_mode) -> None:
             )
         _estimate_recipes(shared_flags.RECIPE.value)
         return
-    _, db, logdir = outputs.paths()
+    out, db, logdir = outputs.paths()
     backend = shared_flags.BACKEND.value
     settings = dataclasses.replace(
         startup.start_tensorflow(),
@@ -70,8 +71,24 @@ def estimate(sources, gs, safe_mode) -> None:
                     sources, g, settings, fp, store, safe_mode
                 )
         else:
+            extra = None
+            if backend == "onnxruntime":  # As `run` adds them.
+                print(
+                    "Reading each model's NCHWc reorders (converting it "
+                    "to ONNX)...",
+                    flush=True,
+                )
+                extra = steps.layout_ms(
+                    sources,
+                    settings,
+                    fp,
+                    store,
+                    os.path.join(out, "onnx"),
+                    safe_mode=safe_mode,
+                    log=lambda line: print(line, flush=True),
+                )
             rows = steps.estimate_plans(
-                plans, settings, fp, store, shared_flags.MODE.value
+                plans, settings, fp, store, shared_flags.MODE.value, extra
             )
     _print(rows)
     if COVER.value or PREDICT.value:
@@ -116,6 +133,12 @@ def _estimate_recipes(paths: list[str]) -> None:
             shared_flags.MODE.value,
         )
     _print(rows)
+    if backend == "onnxruntime":
+        print(
+            "\nA recipe holds no model's NCHWc reorders: these ONNX Runtime "
+            "estimates leave them out (`estimate --models` and `run` add "
+            "them)."
+        )
     print(f"\nStore: {db} ({settings.key()})")
 
 

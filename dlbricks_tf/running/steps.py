@@ -12,7 +12,8 @@ model by bricks of several G, or predict the bricks never timed, are
 from __future__ import annotations
 
 import os
-from collections.abc import Iterable, Sequence
+import warnings
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 from dlbricks_tf.estimating import estimate as estimate_lib
@@ -85,6 +86,53 @@ def measure_models(
     return measured
 
 
+def layout_ms(
+    sources: Sequence[ModelSource],
+    settings,
+    fingerprint,
+    store,
+    onnx_folder: str | os.PathLike,
+    *,
+    safe_mode: bool = True,
+    log: Callable[[str], None] | None = None,
+) -> dict[str, float]:
+    """ONNX Runtime: {model: ms} of the NCHWc reorders its graph runs,
+    priced at the store's (`dlbricks_tf.measuring.ort_layout`), as `run`
+    adds them to its estimates. Each model is converted to `onnx_folder`
+    to read them; one that cannot be converted or read gets none, in a
+    line to `log` (None: a warning).
+    """
+    import keras
+
+    from dlbricks_tf.measuring import brick_timing, ort_layout
+
+    known = ort_layout.known_ms(
+        store.results(settings, fingerprint, layout=True)
+    )
+    out = {}
+    for source in sources:
+        keras.backend.clear_session()
+        try:
+            model_file = brick_timing.model_onnx_file(
+                source.build(safe_mode),
+                onnx_folder,
+                source.name,
+                settings.batch_size,
+            )
+            counts = ort_layout.model_reorders(
+                model_file.path, settings, model_file.id_bounds
+            )
+        except Exception as e:  # tf2onnx and ORT raise many types.
+            line = f"{source.name}: its reorders not read, none added: {e}"
+            if log is not None:
+                log(line)
+            else:
+                warnings.warn(line, stacklevel=2)
+            continue
+        out[source.name] = ort_layout.price(counts, known).ms
+    return out
+
+
 def estimate_models(
     sources: Sequence[ModelSource],
     granularity: int,
@@ -95,11 +143,14 @@ def estimate_models(
     *,
     safe_mode: bool = True,
     fuse: bool = False,
+    onnx_folder: str | os.PathLike | None = None,
 ) -> list[dict[str, Any]]:
     """Estimates every model from the store's brick timings.
 
     `fuse` cuts the models as `run_granularity` did with it; each model
-    is cut at its own `input_shapes`.
+    is cut at its own `input_shapes`. On ONNX Runtime with an
+    `onnx_folder`, each model's NCHWc reorders are added as `run` adds
+    them (`layout_ms`, the model converted there).
 
     Returns:
         The rows of `estimate_plans`, one per model.
@@ -112,7 +163,17 @@ def estimate_models(
         (source.name, source.decompose(granularity, safe_mode, fuse))
         for source in sources
     )
-    return estimate_plans(plans, settings, fingerprint, store, mode)
+    extra = None
+    if settings.backend == "onnxruntime" and onnx_folder is not None:
+        extra = layout_ms(
+            sources,
+            settings,
+            fingerprint,
+            store,
+            onnx_folder,
+            safe_mode=safe_mode,
+        )
+    return estimate_plans(plans, settings, fingerprint, store, mode, extra)
 
 
 def estimate_plans(
@@ -121,6 +182,7 @@ def estimate_plans(
     fingerprint,
     store,
     mode: str = "sequential",
+    extra_ms: Mapping[str, float] | None = None,
 ) -> list[dict[str, Any]]:
     """Estimates models from the store's brick timings, one row each.
 
@@ -133,6 +195,8 @@ def estimate_plans(
         store: The `Store`.
         mode: "sequential" or "parallel" (see
             `dlbricks_tf.estimating.estimate`).
+        extra_ms: {model: ms} added once to its estimate (on ONNX Runtime
+            its reorders, `layout_ms`).
 
     Returns:
         One row per model: model, granularity, mode, estimated_ms, low_ms,
@@ -147,7 +211,13 @@ def estimate_plans(
     failures = store.failures(settings, fingerprint)
     rows = []
     for name, plan in plans:
-        est = estimate_lib.estimate(plan, results, mode, failures=failures)
+        est = estimate_lib.estimate(
+            plan,
+            results,
+            mode,
+            failures=failures,
+            call_overhead_ms=(extra_ms or {}).get(name, 0.0),
+        )
         measured = store.get_model(name, settings, fingerprint)
         rows.append(estimate_row(name, plan.granularity, est, measured))
     return rows
