@@ -47,6 +47,7 @@ from typing import Any
 
 from dlbricks_tf.machine import settings as settings_lib
 from dlbricks_tf.measuring import ort_chain, ort_session
+from dlbricks_tf.measuring.sampling import MeasurementError
 from dlbricks_tf.storing.store import LAYOUT_PREFIX as PREFIX
 
 # ORT's NCHWc reorders (domain com.microsoft.nchwc).
@@ -139,7 +140,13 @@ def model_reorders(
             specs, id_bounds, settings.batch_size
         )
         names = [i.name for i in session.get_inputs()]
-        session.run(None, dict(zip(names, arrays, strict=True)))
+        try:
+            session.run(None, dict(zip(names, arrays, strict=True)))
+        except Exception as e:  # ORT raises its own types.
+            raise MeasurementError(
+                f"ONNX Runtime cannot run {where}'s skeleton: "
+                f"{type(e).__name__}: {str(e).strip()[:200]}"
+            ) from e
         with open(session.end_profiling(), encoding="utf-8") as f:
             events = json.load(f)
     counts: dict[str, int] = collections.Counter()
