@@ -204,3 +204,7 @@ def test_run_and_estimate_on_onnx_runtime_add_each_models_reorders(
     assert math.isclose(row["estimated_ms"], summed + price.ms)
     assert extra == {"se": pytest.approx(price.ms)}
     assert estimated["estimated_ms"] == pytest.approx(row["estimated_ms"])
+
+
+if __name__ == "__main__":
+    raise SystemExit(pytest.main([__file__, "-q"]))
