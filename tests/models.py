@@ -6,6 +6,8 @@ it, flattened in keras.tree order (the order `Decomposition.inputs` uses).
 
 from __future__ import annotations
 
+import dataclasses
+
 import keras
 import numpy as np
 from keras import layers, ops
@@ -14,6 +16,7 @@ import dlbricks_tf
 from dlbricks_tf.cutting import fidelity
 from dlbricks_tf.machine import process as process_lib
 from dlbricks_tf.machine import settings as settings_lib
+from dlbricks_tf.measuring import timing
 
 _RNG = np.random.default_rng(0)
 
@@ -45,6 +48,29 @@ def settings(
         1, 1, 1, onednn=process_lib.onednn_enabled(), protocol=protocol
     )
     return run, checked
+
+
+def ort_settings(protocol: str | None = None) -> settings_lib.RunSettings:
+    """`settings()` on ONNX Runtime: batch 1, one intra-op thread."""
+    return dataclasses.replace(
+        settings()[0],
+        batch_size=1,
+        intra_op_threads=1,
+        backend="onnxruntime",
+        protocol=protocol,
+    )
+
+
+# Sampling caps for ONNX Runtime timers in tests: what comes out is
+# checked, never how fast.
+ORT_FAST = timing.TimingOptions(
+    min_samples=4,
+    max_samples=8,
+    max_seconds=0.5,
+    target_sample_ms=0.2,
+    samples_per_call=4,
+    warmup_calls=1,
+)
 
 
 def _floats(*shape: int) -> np.ndarray:

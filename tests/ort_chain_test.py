@@ -21,26 +21,11 @@ from dlbricks_tf.measuring import (
     ort_chain,
     ort_chain_graph,
     sampling,
-    timing,
 )
 from tests import models
 
-SETTINGS, _ = models.settings()
-ORT = dataclasses.replace(
-    SETTINGS,
-    batch_size=1,
-    intra_op_threads=1,
-    backend="onnxruntime",
-    protocol="loop",
-)
-FAST = timing.TimingOptions(
-    min_samples=4,
-    max_samples=8,
-    max_seconds=0.5,
-    target_sample_ms=0.2,
-    samples_per_call=4,
-    warmup_calls=1,
-)
+ORT = models.ort_settings("loop")
+FAST = models.ORT_FAST
 
 
 @pytest.fixture(scope="module")

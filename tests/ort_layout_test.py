@@ -6,7 +6,6 @@ broadcast `Mul` makes ORT reorder between layouts; the pricing on exact
 arithmetic.
 """
 
-import dataclasses
 import json
 import math
 
@@ -21,7 +20,6 @@ from dlbricks_tf.measuring import (
     ort_chain,
     ort_layout,
     ort_session,
-    timing,
 )
 from dlbricks_tf.running import job, steps
 from dlbricks_tf.storing.store import Store
@@ -29,22 +27,8 @@ from tests import models
 
 pytest.importorskip("onnxruntime")
 
-SETTINGS, _ = models.settings()
-ORT = dataclasses.replace(
-    SETTINGS,
-    batch_size=1,
-    intra_op_threads=1,
-    backend="onnxruntime",
-    protocol="chain",
-)
-FAST = timing.TimingOptions(
-    min_samples=4,
-    max_samples=8,
-    max_seconds=0.5,
-    target_sample_ms=0.2,
-    samples_per_call=4,
-    warmup_calls=1,
-)
+ORT = models.ort_settings("chain")
+FAST = models.ORT_FAST
 
 
 def _squeeze_excite() -> keras.Model:
