@@ -426,6 +426,12 @@ def run_granularity(
                     if row.get("predicted_share")
                     else ""
                 )
+                + (
+                    f", {row['layout_reorders']} reorders "
+                    f"{row['layout_ms']:.3f} ms of it"
+                    if row.get("layout_reorders")
+                    else ""
+                )
                 + ")"
             )
         log(
