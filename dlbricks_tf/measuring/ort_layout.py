@@ -3,11 +3,11 @@
 ORT runs a model's convolutions in its blocked NCHWc layout, and puts a
 reorder (`ReorderInput`, `ReorderOutput`) wherever a tensor passes
 between an op that runs blocked and one that does not: in MobileNetV3's
-squeeze-and-excite blocks, around every `Mul` and `ReduceMean`. These
-reorders are no layer's, so no brick holds them, and in a chain
-(`ort_chain`) they are its edges, left out: MobileNetV3Small's 60
-reorders are 14% of its kernel time, and its bricks summed to 0.74-0.84
-of it without them.
+squeeze-and-excite blocks, around the broadcast `Mul` and the
+`ReduceMean`. These reorders are no layer's, so no brick holds them, and
+in a chain (`ort_chain`) they are its edges, left out: MobileNetV3Small's
+60 reorders are 14% of its kernel time, and its bricks summed to
+0.74-0.84 of it without them.
 
 A chain holds more of them than its models do (a brick fed from the
 chain's inputs, an output no brick reads), so they cannot all go to the
@@ -31,7 +31,8 @@ only).
 
 Example:
     counts = model_reorders("model-MobileNetV3Small.onnx", settings)
-    price(counts, {key: timing.center_ms for key, timing in stored})
+    known = known_ms(store.results(settings, fingerprint, layout=True))
+    price(counts, known).ms  # Added once to the model's estimate.
 """
 
 from __future__ import annotations
