@@ -47,7 +47,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from dlbricks_tf.machine import settings as settings_lib
-from dlbricks_tf.measuring import ort_chain, ort_session
+from dlbricks_tf.measuring import ort_chain, ort_timing
 from dlbricks_tf.measuring.sampling import MeasurementError
 from dlbricks_tf.storing.store import LAYOUT_PREFIX as PREFIX
 
@@ -109,43 +109,33 @@ def model_reorders(
 ) -> dict[str, int]:
     """{key: count} of the reorders a model's file runs per call.
 
-    The file's skeleton is opened as the timed sessions open a file
-    (`ort_session.session_for`: every optimisation, the settings'
-    threads), with profiling on, and run once on synthetic inputs of
-    `settings.batch_size`; nothing is timed.
+    The file's skeleton is opened as the timed sessions open a file (an
+    `ort_timing.OrtTimer`: every optimisation, the settings' threads, its
+    synthetic inputs of `settings.batch_size`), with profiling on, and
+    run once; nothing is timed.
 
     Raises:
         MeasurementError: If ORT cannot load or run it.
     """
     import onnx
 
-    from dlbricks_tf.cutting import synthetic  # Imports Keras.
-
     model = onnx.load(str(path), load_external_data=False)
     with tempfile.TemporaryDirectory(prefix="ort-layout-") as folder:
-        session = ort_session.session_for(
+        # The timer's session and synthetic inputs, as `run` makes them.
+        timer = ort_timing.OrtTimer(
             ort_chain.skeleton(model, folder),
             settings,
+            id_bounds=id_bounds,
             profile_prefix=os.path.join(folder, "profile"),
-            config={"session.disable_prepacking": "1"},
-            name=str(path),
+            session_config={"session.disable_prepacking": "1"},
         )
-        where = f"ONNX model {str(path)!r}"
-        specs = ort_session.resolve_specs(
-            ort_session.onnx_input_specs(session),
-            None,
-            settings.batch_size,
-            where,
-        )
-        arrays = synthetic.arrays_for_specs(
-            specs, id_bounds, settings.batch_size
-        )
+        session = timer.sessions[0]
         names = [i.name for i in session.get_inputs()]
         try:
-            session.run(None, dict(zip(names, arrays, strict=True)))
+            session.run(None, dict(zip(names, timer.inputs[0], strict=True)))
         except Exception as e:  # ORT raises its own types.
             raise MeasurementError(
-                f"ONNX Runtime cannot run {where}'s skeleton: "
+                f"ONNX Runtime cannot run the skeleton of {str(path)!r}: "
                 f"{type(e).__name__}: {str(e).strip()[:200]}"
             ) from e
         with open(session.end_profiling(), encoding="utf-8") as f:
