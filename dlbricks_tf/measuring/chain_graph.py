@@ -142,7 +142,11 @@ def chain_function(
             # carries that edge: a control edge on the brick's own ops (or
             # on an Identity, which grappler removes and whose edges it
             # moves onto them) keeps grappler from fusing them (Sigmoid and
-            # Mul into Swish), as it fuses them in a model.
+            # Mul into Swish), as it fuses them in a model. The brick's
+            # weight reads, and what it computes from them alone, wait for
+            # nothing and run outside the link, as a model runs them beside
+            # its kernels: an edge on each read raised small-layer models'
+            # estimates by up to 12%, past their measurements.
             with tf.control_dependencies([start]):
                 flat = [first.of_outer(x) for x in flat]
             if owner is None:
