@@ -8,8 +8,6 @@ arithmetic.
 
 import json
 import math
-import os
-import shutil
 
 import keras
 import numpy as np
@@ -78,21 +76,6 @@ def test_a_models_reorders_are_read_from_its_skeleton_as_it_runs_them(
     for key in counts:
         assert key.startswith(ort_layout.PREFIX)
         assert ort_layout.elements(key) > 0
-
-
-def test_a_files_reorders_are_read_once_until_it_changes(model_file, tmp_path):
-    # A job at several G asks for each model's reorders at every G.
-    path = tmp_path / "se.onnx"
-    shutil.copyfile(model_file.path, path)
-    first = ort_layout.model_reorders(path, ORT)
-    read = len(ort_layout._READ)
-    again = ort_layout.model_reorders(path, ORT)
-    assert again == first and len(ort_layout._READ) == read
-    again["nchwc:changed"] = 1  # A copy: what is kept stays as read.
-    assert ort_layout.model_reorders(path, ORT) == first
-    os.utime(path, ns=(1, 1))  # The file was written again: read again.
-    assert ort_layout.model_reorders(path, ORT) == first
-    assert len(ort_layout._READ) == read + 1
 
 
 def test_a_chains_edge_reorders_are_its_nodes_of_no_brick(tmp_path):

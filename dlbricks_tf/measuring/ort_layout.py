@@ -102,12 +102,6 @@ def elements(key: str) -> int:
     return math.prod(int(d) for d in written.split("x")) if written else 0
 
 
-# What `model_reorders` read, by file (its path, size and modification
-# time), settings and id bounds: a job at several G converts each model
-# once and reads its reorders once.
-_READ: dict[tuple, dict[str, int]] = {}
-
-
 def model_reorders(
     path: str | os.PathLike,
     settings: settings_lib.RunSettings,
@@ -118,31 +112,11 @@ def model_reorders(
     The file's skeleton is opened as the timed sessions open a file (an
     `ort_timing.OrtTimer`: every optimisation, the settings' threads, its
     synthetic inputs of `settings.batch_size`), with profiling on, and
-    run once; nothing is timed. The same file, unchanged, under the same
-    settings is read once a process.
+    run once; nothing is timed.
 
     Raises:
         MeasurementError: If ORT cannot load or run it.
     """
-    stat = os.stat(path)
-    key = (
-        os.path.abspath(path),
-        stat.st_size,
-        stat.st_mtime_ns,
-        settings.key(),
-        None if id_bounds is None else tuple(id_bounds),
-    )
-    if key not in _READ:
-        _READ[key] = _read_reorders(path, settings, id_bounds)
-    return dict(_READ[key])
-
-
-def _read_reorders(
-    path: str | os.PathLike,
-    settings: settings_lib.RunSettings,
-    id_bounds: Sequence[int | None] | None,
-) -> dict[str, int]:
-    """`model_reorders`, read from one profiled run of the skeleton."""
     import onnx
 
     model = onnx.load(str(path), load_external_data=False)
