@@ -39,13 +39,16 @@ _FRESH = flags.DEFINE_bool(
 )
 
 
-def _run_granularity(g, sources, settings, fp, options, brick_options, store):
+def _run_granularity(
+    g, sources, settings, fp, options, brick_options, store, converted
+):
     """Measures every model at one G on ORT; returns (runs, corpus, errors).
 
     Each model goes through the job's own path (`job.run_granularity`),
     one model at a time so that one that cannot be converted or timed is
     listed under `errors` and the others still count; the corpus row is
-    rebuilt over the models that were measured.
+    rebuilt over the models that were measured. `converted` carries the
+    whole models' ONNX files from one G to the next, as a job does.
     """
     from dlbricks_tf import errors
     from dlbricks_tf.cutting import suite as suite_lib
@@ -69,6 +72,7 @@ def _run_granularity(g, sources, settings, fp, options, brick_options, store):
                 log=lambda line: logging.info("%s", line),
                 onnx_folder=Path(_OUT.value) / "onnx",
                 reference=timing_flags.REFERENCE.value,
+                converted=converted,
             )
         except errors.Error as e:
             failed[source.name] = str(e).splitlines()[0]
@@ -134,9 +138,17 @@ def main(argv: list[str]) -> None:
     logging.info("ONNX Runtime %s, settings %s", fp.onnxruntime, settings.key())
     try:
         with Store(out / "store.sqlite") as store:
+            converted: dict = {}
             for g in granularities:
                 runs, corpus_row, failed = _run_granularity(
-                    g, sources, settings, fp, options, brick_options, store
+                    g,
+                    sources,
+                    settings,
+                    fp,
+                    options,
+                    brick_options,
+                    store,
+                    converted,
                 )
                 report["runs"] += runs
                 if corpus_row is not None:

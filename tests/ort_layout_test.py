@@ -190,5 +190,34 @@ def test_run_and_estimate_on_onnx_runtime_add_each_models_reorders(
     assert estimated["estimated_ms"] == pytest.approx(row["estimated_ms"])
 
 
+def test_a_job_converts_each_whole_model_once_for_all_its_g(
+    tmp_path, monkeypatch
+):
+    path = tmp_path / "se.keras"
+    _squeeze_excite().save(path)
+    real, made = brick_timing.model_onnx_file, []
+
+    def counted(*args, **kwargs):  # The real conversion, counted.
+        made.append(args[2])
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(brick_timing, "model_onnx_file", counted)
+    with Store(tmp_path / "s.sqlite") as store:
+        report, _ = job.run_job(
+            job.resolve_models([str(path)]),
+            [1, 2],
+            ORT,
+            store,
+            FAST,
+            check_settings=False,
+            onnx_folder=tmp_path / "onnx",
+        )
+    assert made == ["se"]
+    first, second = report["runs"]
+    assert (first["granularity"], second["granularity"]) == (1, 2)
+    # The reorders read at G=1 are the model's at G=2 as well.
+    assert first["layout_reorders"] == second["layout_reorders"] > 0
+
+
 if __name__ == "__main__":
     raise SystemExit(pytest.main([__file__, "-q"]))

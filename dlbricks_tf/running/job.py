@@ -122,6 +122,7 @@ def run_granularity(
     budget_s: float | None = None,
     probe_count: int | None = None,
     anchors: bool = False,
+    converted: dict[str, tuple[Any, dict[str, int] | None]] | None = None,
 ) -> GranularityResult:
     """Measures every model and its bricks at one G, and estimates.
 
@@ -154,9 +155,10 @@ def run_granularity(
         fuse: Keep fusion units whole (see `dlbricks_tf.decompose`).
         onnx_folder: Where ONNX files are kept, for settings with
             `backend="onnxruntime"` (bricks by signature, reused by later
-            runs; whole models converted afresh). Converting is charged
-            to the report's `conversion_wall_s`, not to the campaign: an
-            exported suite carries its ONNX files to every machine.
+            runs; whole models converted afresh, once a job: `converted`).
+            Converting is charged to the report's `conversion_wall_s`, not
+            to the campaign: an exported suite carries its ONNX files to
+            every machine.
         reference: Scale every batch of samples, bricks' and models' alike,
             to the machine's reference state
             (`dlbricks_tf.measuring.reference`); the corpus row then keeps
@@ -180,6 +182,11 @@ def run_granularity(
             stored), carry its stored bricks to the phase of its own
             measurement; its row gives `anchor_bricks` and
             `anchor_drift`. TF chains only.
+        converted: On ONNX Runtime, {model name: (its ONNX file, its
+            reorders)} that earlier G of the same job made: a model found
+            here is not converted, nor its reorders read, again (a whole
+            model does not change with G); those this G makes are added.
+            None: every model is converted at this G.
 
     Returns:
         The rows of report.json (`runs`, `corpus`) and what they came from.
@@ -352,6 +359,9 @@ def run_granularity(
         the estimate adds them)."""
         if not ort:
             return model
+        if converted is not None and source.name in converted:
+            onnx_file, reorders[source.name] = converted[source.name]
+            return onnx_file
         onnx_file = clock.run(
             CONVERSION,
             brick_timing.model_onnx_file,
@@ -371,6 +381,8 @@ def run_granularity(
         except MeasurementError as e:  # Timed as before, without them.
             reorders[source.name] = None
             log(f"G={granularity} {source.name}: reorders not read: {e}")
+        if converted is not None:
+            converted[source.name] = (onnx_file, reorders[source.name])
         return onnx_file
 
     def make_row(
@@ -676,6 +688,7 @@ def run_job(
     fingerprint = fingerprint or system_fingerprint()
     report = new_report(fingerprint, settings, brick_options or options)
     details = {}
+    converted: dict = {}  # Whole models' ONNX files, made once a job.
     for g in granularities:
         result = run_granularity(
             sources,
@@ -696,6 +709,7 @@ def run_job(
             budget_s=budget_s,
             probe_count=probe_count,
             anchors=anchors,
+            converted=converted,
         )
         details[g] = result
         report["runs"] += result.runs
