@@ -11,9 +11,18 @@ what the estimate misses (or counts twice).
 --granularity (one G) and --intra_op_threads (1 by default here) are the
 command line's flags.
 
+With --xla_event, the events of that name (the kernels of an XLA cluster,
+which carry no node name: `convolution.1` for the grouped convolutions
+Keras runs under XLA) are also listed by their place in a model call and
+in a chain pass: the fastest, the median and the share of them slower
+than 1.4x the fastest (`modes`), which tells an op that runs in two
+modes.
+
 Usage:
     python -m benchmarks.profile_gap --model=MobileNetV3Small \
         --intra_op_threads=1 --granularity=1
+    python -m benchmarks.profile_gap --model=ConvNeXtTiny \
+        --intra_op_threads=2 --iterations=10 --xla_event=convolution.1
 """
 
 from __future__ import annotations
@@ -38,23 +47,64 @@ _ITERATIONS = flags.DEFINE_integer(
     "iterations", 20, "Model calls (chain iterations) profiled.", lower_bound=1
 )
 _TOP = flags.DEFINE_integer("top", 15, "Op types printed.", lower_bound=1)
+_XLA_EVENT = flags.DEFINE_string(
+    "xla_event",
+    "",
+    "Also list the events of this name (an XLA kernel, e.g. "
+    "convolution.1) by their place in a call: fastest, median, share slow.",
+)
+# An event slower than this times the fastest at its place is slow.
+SLOW = 1.4
 
 
 _CONTAINERS = ("Run", "Process", "Record", "StartRegion", "StopRegion")
 
 
-def _op_events(logdir: str) -> list[tuple[str, str, float]]:
-    """(node name, op type, us) of the TF ops in a profile's host plane."""
+def _host_planes(logdir: str) -> list:
+    """The host planes of the profile in `logdir`."""
     from tensorflow.tsl.profiler.protobuf import xplane_pb2
 
     (path,) = glob.glob(os.path.join(logdir, "plugins/profile/*/*.xplane.pb"))
     space = xplane_pb2.XSpace()
     with open(path, "rb") as f:
         space.ParseFromString(f.read())
+    return [plane for plane in space.planes if plane.name == "/host:CPU"]
+
+
+def _named_events(logdir: str, wanted: str) -> list[float]:
+    """The durations (us) of the host events named `wanted`, in time order."""
+    found = []
+    for plane in _host_planes(logdir):
+        names = {k: v.name for k, v in plane.event_metadata.items()}
+        for line in plane.lines:
+            for event in line.events:
+                if names.get(event.metadata_id) == wanted:
+                    found.append((event.offset_ps, event.duration_ps / 1e6))
+    return [us for _, us in sorted(found)]
+
+
+def modes(
+    durations: list[float], per_call: int
+) -> list[tuple[float, float, float]]:
+    """Per place in a call (`per_call` events a call, in order): the
+    fastest duration, the median and the share slower than `SLOW` x the
+    fastest. Events past the last whole call are left out."""
+    calls = len(durations) // per_call if per_call else 0
+    rows = []
+    for place in range(per_call if calls else 0):
+        values = sorted(durations[place : calls * per_call : per_call])
+        fastest, middle = values[0], values[len(values) // 2]
+        if len(values) % 2 == 0:
+            middle = (values[len(values) // 2 - 1] + middle) / 2
+        slow = sum(v > SLOW * fastest for v in values) / len(values)
+        rows.append((fastest, middle, slow))
+    return rows
+
+
+def _op_events(logdir: str) -> list[tuple[str, str, float]]:
+    """(node name, op type, us) of the TF ops in a profile's host plane."""
     events = []
-    for plane in space.planes:
-        if plane.name != "/host:CPU":
-            continue
+    for plane in _host_planes(logdir):
         names = {k: v.name for k, v in plane.event_metadata.items()}
         for line in plane.lines:
             for event in line.events:
@@ -72,7 +122,8 @@ def _op_events(logdir: str) -> list[tuple[str, str, float]]:
     return events
 
 
-def _profile(fn) -> list[tuple[str, str, float]]:
+def _profile(fn) -> tuple[list[tuple[str, str, float]], list[float]]:
+    """The TF ops `fn` ran, and the durations of the `--xla_event` ones."""
     import tensorflow as tf
 
     with tempfile.TemporaryDirectory() as logdir:
@@ -81,7 +132,21 @@ def _profile(fn) -> list[tuple[str, str, float]]:
             fn()
         finally:
             tf.profiler.experimental.stop()
-        return _op_events(logdir)
+        named = (
+            _named_events(logdir, _XLA_EVENT.value) if _XLA_EVENT.value else []
+        )
+        return _op_events(logdir), named
+
+
+def _print_modes(what: str, durations: list[float], calls: int) -> None:
+    """The `--xla_event` events of `calls` calls, by place in a call."""
+    per_call = len(durations) // calls if calls else 0
+    print(f"\n{what}: {_XLA_EVENT.value}, {per_call} a call")
+    print("| place | fastest ms | median ms | share slower than 1.4x |")
+    print("|---:|---:|---:|---:|")
+    for place, (fastest, middle, slow) in enumerate(modes(durations, per_call)):
+        ms = f"{fastest / 1e3:.2f} | {middle / 1e3:.2f}"
+        print(f"| {place} | {ms} | {slow:.2f} |")
 
 
 def main(argv: list[str]) -> None:
@@ -120,10 +185,13 @@ def main(argv: list[str]) -> None:
         b.name: e.count(name) for e, b in zip(suite.entries, built, strict=True)
     }
     whole: dict[str, float] = collections.defaultdict(float)
-    for _, op, us in _profile(lambda: timer.durations_ms(n, 1)):
-        whole[op] += us / (n * timer.calls_per_iteration)
+    calls = n * timer.calls_per_iteration
+    ops, whole_named = _profile(lambda: timer.durations_ms(n, 1))
+    for _, op, us in ops:
+        whole[op] += us / calls
     chained: dict[str, float] = collections.defaultdict(float)
-    for node, op, us in _profile(lambda: chain._call(n)):
+    ops, chain_named = _profile(lambda: chain._call(n))
+    for node, op, us in ops:
         # The brick's scope is its model name, uniquified ("brick_ab_1").
         parts = [re.sub(r"_\d+$", "", p) for p in node.split("/")]
         count = next((count_of[p] for p in parts if p in count_of), None)
@@ -148,6 +216,9 @@ def main(argv: list[str]) -> None:
         print(f"| {op} | {w:.1f} | {c:.1f} | {ratio} |")
     w_all, c_all = sum(whole.values()), sum(chained.values())
     print(f"| all TF ops | {w_all:.1f} | {c_all:.1f} | {w_all / c_all:.2f} |")
+    if _XLA_EVENT.value:
+        _print_modes("Whole model", whole_named, calls)
+        _print_modes("Chain, each unique brick once a pass", chain_named, n)
 
 
 if __name__ == "__main__":
