@@ -35,6 +35,7 @@ import tempfile
 
 from absl import app, flags
 
+from dlbricks_tf import stats
 from dlbricks_tf.cli import model_flags, settings_flags
 
 # Shown by --helpshort.
@@ -92,12 +93,10 @@ def modes(
     calls = len(durations) // per_call if per_call else 0
     rows = []
     for place in range(per_call if calls else 0):
-        values = sorted(durations[place : calls * per_call : per_call])
-        fastest, middle = values[0], values[len(values) // 2]
-        if len(values) % 2 == 0:
-            middle = (values[len(values) // 2 - 1] + middle) / 2
+        values = durations[place : calls * per_call : per_call]
+        fastest = min(values)
         slow = sum(v > SLOW * fastest for v in values) / len(values)
-        rows.append((fastest, middle, slow))
+        rows.append((fastest, stats.median(values), slow))
     return rows
 
 
@@ -142,7 +141,7 @@ def _print_modes(what: str, durations: list[float], calls: int) -> None:
     """The `--xla_event` events of `calls` calls, by place in a call."""
     per_call = len(durations) // calls if calls else 0
     print(f"\n{what}: {_XLA_EVENT.value}, {per_call} a call")
-    print("| place | fastest ms | median ms | share slower than 1.4x |")
+    print(f"| place | fastest ms | median ms | share slower than {SLOW}x |")
     print("|---:|---:|---:|---:|")
     for place, (fastest, middle, slow) in enumerate(modes(durations, per_call)):
         ms = f"{fastest / 1e3:.2f} | {middle / 1e3:.2f}"
