@@ -155,14 +155,15 @@ def main(argv):
         from dlbricks_tf.models import probes
 
         stored = set()
-        for spec in probes.specs():
-            graph, factory = model_graph(probes.build(spec))
+        # The probe nets, and the layer probes of stores timed before them.
+        for source in probes.sources() + probes.layer_sources():
+            graph, factory = model_graph(source.build())
             plan = from_runs(
                 graph, factory, split.split(graph, g), granularity=g
             )
             mine = {b.signature for b in plan.bricks} & set(results)
             if mine:
-                probe_graphs[spec.name] = (graph, factory)
+                probe_graphs[source.name] = (graph, factory)
                 stored |= mine
         probe_s = _campaign_s(stored, results, setup_s)
         print(

@@ -150,7 +150,7 @@ def run(
             first and the others predicted, as `dlbricks run --budget`
             (`dlbricks_tf.running.budget`; TF only); None: every brick.
         probe_count: Under a budget, the probes timed first if the store
-            lacks them (default: all of them, about 30 s; `--probe_count`).
+            lacks them (default: all of them, about 4 min; `--probe_count`).
 
     Returns:
         One `ModelResult` per model and G, in order.

@@ -203,7 +203,7 @@ def test_run_within_a_budget_stops_and_predicts_the_rest(files, tmp_path):
         "run",
         f"--models={files['stack']},{files['chain']}",
         "--budget=3",
-        "--probe_count=8",
+        "--probe_count=2",
         f"--db={tmp_path / 's.sqlite'}",
         f"--out={out}",
         "--graphs=0",
@@ -245,7 +245,7 @@ settings = dlbricks_tf.configure(intra_op_threads=1, inter_op_threads=1)
 results = dlbricks_tf.run(
     [{str(files["stack"])!r}, {str(files["chain"])!r}],
     db={str(tmp_path / "s.sqlite")!r}, settings=settings,
-    budget_s=3, probe_count=8)
+    budget_s=3, probe_count=2)
 for r in results:
     print(r.model, r.predicted_share, r.low_ms, r.estimated_ms, r.high_ms)
 """
@@ -304,7 +304,7 @@ def between():
 with Store({str(tmp_path / "s.sqlite")!r}) as store:
     campaign = budget.Campaign(
         suite, store, settings, system_fingerprint(), options,
-        budget_s=60, granularity=1, probe_count=8)
+        budget_s=60, granularity=1, probe_count=2)
     start = time.perf_counter()
     went_on = campaign.round(until_s=1e-6, between=between)
     wall = time.perf_counter() - start
@@ -355,7 +355,7 @@ def test_bench_within_a_budget_stores_some_bricks(files, tmp_path):
         "bench",
         f"--models={files['stack']}",
         "--budget=2",
-        "--probe_count=8",
+        "--probe_count=2",
         f"--db={db}",
         f"--out={tmp_path / 'out'}",
         *FAST,
@@ -375,7 +375,7 @@ def test_bench_within_a_budget_stores_some_bricks(files, tmp_path):
 
 def test_bench_probes_keeps_the_predictor_a_budget_reads_back(files, tmp_path):
     db = tmp_path / "s.sqlite"
-    proc = dlbricks("bench", "--probes", "--probe_count=8", f"--db={db}", *FAST)
+    proc = dlbricks("bench", "--probes", "--probe_count=2", f"--db={db}", *FAST)
     assert proc.returncode == 0, proc.stderr
     assert "Predictor of the store's" in proc.stdout
     with sqlite3.connect(db) as connection:
@@ -388,7 +388,7 @@ def test_bench_probes_keeps_the_predictor_a_budget_reads_back(files, tmp_path):
         "run",
         f"--models={files['stack']}",
         "--budget=3",
-        "--probe_count=8",
+        "--probe_count=2",
         f"--db={db}",
         f"--out={out}",
         "--graphs=0",

@@ -1,6 +1,8 @@
-"""Tests for dlbricks_tf/models/probes.py: the probe corpus is deterministic,
-within its budgets, covers its kinds, and every probe builds, runs and
-cuts into bricks as models do."""
+"""Tests for dlbricks_tf/models/probes.py: the layer probes are
+deterministic, within their budgets, cover their kinds, and every probe
+builds, runs and cuts into bricks as models do; `bench --probes` times the
+probe corpus (the probe nets, tests/probe_nets_test.py) and a model is
+priced from it alone."""
 
 import collections
 
@@ -17,9 +19,9 @@ def test_the_same_seed_gives_the_same_probes_and_another_others():
     assert probes.specs(30) == probes.specs(30)
     assert probes.specs(30, seed=1) != probes.specs(30)
     # A shorter corpus is the start of a longer one.
-    assert probes.specs(30) == probes.specs(probes.COUNT)[:30]
+    assert probes.specs(30) == probes.specs(probes.LAYER_COUNT)[:30]
     names = [s.name for s in probes.specs()]
-    assert len(set(names)) == probes.COUNT == len(names)
+    assert len(set(names)) == probes.LAYER_COUNT == len(names)
     assert all(probes.is_probe(n) for n in names)
     assert {corpus.family(n) for n in names} == {probes.FAMILY}
     with pytest.raises(ValueError, match="count"):
@@ -92,10 +94,16 @@ def test_a_probe_cuts_as_a_model_does(sample):
 
 
 def test_probe_sources_build_their_probe():
-    (source,) = probes.sources(1)
+    (source,) = probes.layer_sources(1)
     assert source.name == "probe-000"
     model = source.build()
     assert len(model.inputs) == len(probes.specs(1)[0].inputs)
+    # The probe corpus is the probe nets.
+    assert [s.name for s in probes.sources(2)] == [
+        "probe-net-000",
+        "probe-net-001",
+    ]
+    assert probes.COUNT == len(probes.sources())
 
 
 def test_cli_times_probes_and_estimates_a_model_from_them_alone(tmp_path):
@@ -108,11 +116,11 @@ def test_cli_times_probes_and_estimates_a_model_from_them_alone(tmp_path):
 
     db = tmp_path / "s.sqlite"
     common = [f"--db={db}", f"--out={tmp_path / 'out'}"]
-    proc = dlbricks("bench", "--probes", "--probe_count=8", *common, *FAST)
+    proc = dlbricks("bench", "--probes", "--probe_count=2", *common, *FAST)
     assert proc.returncode == 0, proc.stderr
     assert "Predictor of the store's" in proc.stdout  # Fitted and kept.
     want = {
-        b.signature for s in probes.sources(8) for b in s.decompose(1).bricks
+        b.signature for s in probes.sources(2) for b in s.decompose(1).bricks
     }
     with Store(db) as store:
         stored = {r["signature"] for r in store.rows("brick")}

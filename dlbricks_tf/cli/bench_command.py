@@ -59,7 +59,7 @@ PROBES = flags.DEFINE_bool(
     "probes",
     False,
     "bench: time the bricks of the probe corpus (dlbricks_tf.models.probes: "
-    f"{probes.COUNT} small models of sampled layer configurations), "
+    f"{probes.COUNT} small networks of the blocks models use), "
     "which `estimate --predict` learns this machine's kernels from; "
     "with --models, theirs too.",
 )

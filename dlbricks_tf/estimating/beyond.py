@@ -366,7 +366,9 @@ def kept_predictor(
         if not learnt:  # No model timed end to end: learn from those given.
             learnt = dict.fromkeys(graphs)
         if probe_corpus:
-            learnt.update({s.name: s for s in probes.sources()})
+            learnt.update(
+                {s.name: s for s in probes.sources() + probes.layer_sources()}
+            )
     if log and not texts:
         log(
             "Predictor: the store keeps no brick descriptions (its bricks "

@@ -1,5 +1,19 @@
-"""Probe models: a seeded sample of layer configurations, one machine's
-calibration for predicted bricks.
+"""The probe corpus, one machine's calibration for predicted bricks; and
+the layer probes it was before.
+
+`sources()` is the probe corpus `dlbricks bench --probes` times: the probe
+nets (`dlbricks_tf.models.probe_nets`), seeded networks of the blocks
+models use, so that each layer is timed beside neighbours of its own size
+as in a model. The rest of this module draws the layer probes, one layer
+call each (`specs`, `build`, `layer_sources`): the probe corpus of stores
+timed before the nets. A predictor still learns from them where a store
+holds them; `bench --probes` no longer times them: priced from them
+alone (no model brick timed), the 40 keras.applications models read
+1-11/40 within ±10% on two stores, and from the nets 10-29/40 on the
+same two; a 10% budget read 33/40 from them, 35/40 and 37/40 from the
+nets (docs/estimating-beyond.md).
+
+Layer probes:
 
 A latency model fitted on the bricks of a corpus knows the kernels that
 corpus runs, and nothing else: a family whose layers no other family has
@@ -31,9 +45,9 @@ from by `estimate --predict` when the store holds them for its settings
 and machine.
 
 Example:
-    for source in sources():   # `sources.ModelSource`s named "probe-000"...
+    for source in sources():   # The probe nets: "probe-net-000", ...
         model = source.build()
-    [p.kind for p in specs()]
+    [p.kind for p in specs()]   # The layer probes: "probe-000", ...
 """
 
 from __future__ import annotations
@@ -42,12 +56,16 @@ import dataclasses
 import random
 from typing import Any
 
+from dlbricks_tf.models import probe_nets
 from dlbricks_tf.models.sources import ModelSource
 
-# Probes in the default corpus, and the seed that draws them.
-COUNT = 240
+# Nets in the probe corpus (`sources`).
+COUNT = probe_nets.COUNT
+# Layer probes drawn by default (`specs`), and the seed that draws them.
+LAYER_COUNT = 240
 SEED = 0
-# The name of probe i, and the family all probes belong to.
+# The name of a probe starts with PREFIX (layer probe i: "probe-000"; net
+# i: "probe-net-000"); the family all probes belong to.
 PREFIX = "probe-"
 FAMILY = "probes"
 
@@ -115,8 +133,8 @@ def is_probe(name: str) -> bool:
     return name.startswith(PREFIX)
 
 
-def specs(count: int = COUNT, seed: int = SEED) -> list[ProbeSpec]:
-    """The probe corpus: `count` probes drawn with `seed` (deterministic).
+def specs(count: int = LAYER_COUNT, seed: int = SEED) -> list[ProbeSpec]:
+    """The layer probes: `count` drawn with `seed` (deterministic).
 
     The same (count, seed) always gives the same probes, so their bricks'
     signatures are the same on every machine and in every run.
@@ -148,8 +166,16 @@ def build(spec: ProbeSpec) -> Any:
     return keras.Model(sole, x, name=spec.name.replace("-", "_"))
 
 
-def sources(count: int = COUNT, seed: int = SEED) -> list[Any]:
-    """The probes as `sources.ModelSource`s (built in code, nothing read)."""
+def sources(count: int = COUNT, seed: int = SEED) -> list[ModelSource]:
+    """The probe corpus: the first `count` probe nets as
+    `sources.ModelSource`s (built in code, nothing read)."""
+    return probe_nets.sources(count, seed)
+
+
+def layer_sources(
+    count: int = LAYER_COUNT, seed: int = SEED
+) -> list[ModelSource]:
+    """The layer probes as `sources.ModelSource`s."""
     import functools
 
     return [
