@@ -10,8 +10,8 @@ timed before the nets. A predictor still learns from them where a store
 holds them; `bench --probes` no longer times them: priced from them
 alone (no model brick timed), the 40 keras.applications models read
 1-11/40 within ±10% on two stores, and from the nets 10-29/40 on the
-same two; a 10% budget read 33/40 from them, 35/40 and 37/40 from the
-nets (docs/estimating-beyond.md).
+same two; a 10% budget read 32-33/40 from them, 32-37/40 from the nets
+(docs/estimating-beyond.md).
 
 Layer probes:
 
