@@ -366,9 +366,10 @@ def kept_predictor(
         if not learnt:  # No model timed end to end: learn from those given.
             learnt = dict.fromkeys(graphs)
         if probe_corpus:
-            learnt.update(
-                {s.name: s for s in probes.sources() + probes.layer_sources()}
-            )
+            # Only the layer probes can lack descriptions: the probe nets
+            # came after stores kept them, and walking the 180 nets would
+            # find nothing the descriptions do not already hold.
+            learnt.update({s.name: s for s in probes.layer_sources()})
     if log and not texts:
         log(
             "Predictor: the store keeps no brick descriptions (its bricks "
