@@ -382,7 +382,16 @@ def test_bench_probes_keeps_the_predictor_a_budget_reads_back(files, tmp_path):
         (kept,) = connection.execute(
             "SELECT COUNT(*) FROM predictors"
         ).fetchone()
+        ((cut,),) = connection.execute(
+            "SELECT value FROM meta WHERE key LIKE 'probe_suite:%'"
+        ).fetchall()
+        stored = {
+            r[0]
+            for r in connection.execute("SELECT signature FROM brick_results")
+        }
     assert kept == 1
+    # What the probes cut into is kept: every brick of it is stored.
+    assert json.loads(cut) and set(json.loads(cut)) <= stored
     out = tmp_path / "out"
     proc = dlbricks(
         "run",
@@ -397,6 +406,8 @@ def test_bench_probes_keeps_the_predictor_a_budget_reads_back(files, tmp_path):
     assert proc.returncode == 0, proc.stderr
     # Read back, not fitted again; its seconds apart from the budget's.
     assert "described bricks, kept in the store" in proc.stdout + proc.stderr
+    # The probes are all stored: not cut again to see it.
+    assert "the probes' bricks are all stored" in proc.stdout + proc.stderr
     (corpus,) = json.loads((out / "report.json").read_text())["corpus"]
     assert corpus["first_fit_s"] >= 0
     assert corpus["probes_s"] >= 0

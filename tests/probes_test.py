@@ -106,6 +106,18 @@ def test_probe_sources_build_their_probe():
     assert probes.COUNT == len(probes.sources())
 
 
+def test_the_cut_key_moves_with_what_the_nets_cut_into():
+    key = probes.cut_key(2, 1, False)
+    assert probes.cut_key(2, 1, False) == key  # A digest: stable.
+    others = {
+        probes.cut_key(3, 1, False),
+        probes.cut_key(2, 2, False),
+        probes.cut_key(2, 1, True),
+        probes.cut_key(2, 1, False, seed=1),
+    }
+    assert key not in others and len(others) == 4
+
+
 def test_cli_times_probes_and_estimates_a_model_from_them_alone(tmp_path):
     """`bench --probes` stores the probes' bricks; `estimate --predict`
     then prices a model none of whose bricks was timed, from the probes

@@ -509,6 +509,27 @@ def test_one_predictor_per_settings_and_machine_by_its_fit_key(tmp_path):
         assert store.get_predictor(SETTINGS, FP, "k2") == '{"a": 3}'
 
 
+def test_what_the_probes_cut_into_is_kept_by_key_and_not_merged(tmp_path):
+    with store_lib.Store(tmp_path / "s.sqlite") as store:
+        assert store.probe_suite("k1") is None
+        store.put_probe_suite("k1", ["b", "a", "b"])
+        store.put_probe_suite("k2", ["c"])
+        assert store.probe_suite("k1") == ["a", "b"]
+        store.put_probe_suite("k2", ["d"])  # Cut again: replaced.
+        assert store.probe_suite("k2") == ["d"]
+    with store_lib.Store(tmp_path / "s.sqlite") as store:
+        assert store.probe_suite("k1") == ["a", "b"]  # Read back.
+    with sqlite3.connect(tmp_path / "s.sqlite") as connection:
+        connection.execute(
+            "UPDATE meta SET value = '{\"a\": 1}' WHERE key LIKE '%k1'"
+        )
+    with store_lib.Store(tmp_path / "s.sqlite") as store:
+        assert store.probe_suite("k1") is None  # Not a list: cut again.
+    with store_lib.Store(tmp_path / "b.sqlite") as b:
+        b.merge_from(tmp_path / "s.sqlite")
+        assert b.probe_suite("k2") is None
+
+
 def test_merge_copies_failures_unless_a_timing_exists(tmp_path):
     with store_lib.Store(tmp_path / "a.sqlite") as a:
         a.put_failure("x", SETTINGS, FP, "bad x")

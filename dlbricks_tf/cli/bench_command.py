@@ -106,10 +106,12 @@ def bench(sources, gs, safe_mode) -> None:
             )
         _bench_suite_dir(shared_flags.SUITE.value)
         return
+    probe_sources = []
     if PROBES.value:
         # The probes alone, or beside the models named.
         given = list(sources) if shared_flags.MODELS.value else []
-        sources = given + probes.sources(budget_flags.PROBE_COUNT.value)
+        probe_sources = probes.sources(budget_flags.PROBE_COUNT.value)
+        sources = given + probe_sources
     out, db, _ = outputs.paths()
     shard = _shard()
     budget = budget_flags.BUDGET.value
@@ -131,12 +133,13 @@ def bench(sources, gs, safe_mode) -> None:
     failed = []
     with outputs.open_store(db) as store, bench_lib.StopSignals() as stop:
         for g in gs:
-            s = suite.build_suite(
-                {
-                    src.name: shared_flags.decompose(src, g, safe_mode)
-                    for src in sources
-                }
-            )
+            cut = {
+                src.name: shared_flags.decompose(src, g, safe_mode)
+                for src in sources
+            }
+            s = suite.build_suite(cut)
+            if PROBES.value:
+                _keep_probe_suite(store, g, cut, probe_sources)
             part = f"{len(s)} unique bricks of {s.total_bricks}"
             if budget is not None:
                 failed += _time_budget(
@@ -168,6 +171,22 @@ def bench(sources, gs, safe_mode) -> None:
         if PROBES.value and budget is None and shard.count == 1:
             _keep_predictor(store, settings, fp)
     fail_if_any_failed(failed)
+
+
+def _keep_probe_suite(store, g, cut, probe_sources) -> None:
+    """Keeps what the probes cut into at G=`g`, so that a budgeted
+    campaign on this store need not cut them again to see them stored."""
+    from dlbricks_tf.running import budget as budget_lib
+
+    key = probes.cut_key(
+        budget_flags.PROBE_COUNT.value, g, shared_flags.FUSE.value
+    )
+    signatures = suite.build_suite(
+        {p.name: cut[p.name] for p in probe_sources}
+    ).signatures
+    budget_lib.keep_probe_suite(
+        store, key, signatures, lambda line: print(line, flush=True)
+    )
 
 
 def _keep_predictor(store, settings, fp) -> None:

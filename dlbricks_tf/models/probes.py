@@ -172,6 +172,36 @@ def sources(count: int = COUNT, seed: int = SEED) -> list[ModelSource]:
     return probe_nets.sources(count, seed)
 
 
+def cut_key(count: int, granularity: int, fuse: bool, seed: int = SEED) -> str:
+    """What the first `count` probe nets cut into depends on, as a key.
+
+    Cutting the 180 nets takes about 17 s, so a store remembers the
+    signatures they cut into under this key (`Store.put_probe_suite`),
+    and a budgeted campaign whose probes are all stored skips the cut.
+    The key covers the nets' and the cutting's own code, the Keras and
+    TensorFlow versions, and the arguments: a change to any of them cuts
+    the nets again.
+    """
+    import hashlib
+    from pathlib import Path
+
+    import keras
+    import tensorflow as tf
+
+    from dlbricks_tf import cutting
+
+    digest = hashlib.sha256()
+    files = [Path(__file__), Path(probe_nets.__file__)]
+    files += sorted(Path(cutting.__file__).parent.glob("*.py"))
+    for path in files:
+        digest.update(path.name.encode() + b"\0" + path.read_bytes())
+    digest.update(
+        f"{keras.__version__}|{tf.__version__}|{count}|{seed}|"
+        f"{granularity}|{bool(fuse)}".encode()
+    )
+    return digest.hexdigest()[:32]
+
+
 def layer_sources(
     count: int = LAYER_COUNT, seed: int = SEED
 ) -> list[ModelSource]:

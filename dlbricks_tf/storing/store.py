@@ -56,6 +56,8 @@ from dlbricks_tf.storing.database import (
 # The keys of the ONNX Runtime layout changes stored beside the bricks
 # (`dlbricks_tf.measuring.ort_layout`): `results` leaves them out.
 LAYOUT_PREFIX = "nchwc:"
+# The `meta` keys of the probe corpus's cuts (`put_probe_suite`).
+_PROBE_SUITE = "probe_suite:"
 
 
 class Store(Database):
@@ -452,6 +454,40 @@ class Store(Database):
             (settings.key(), fp.id, fit_key),
         )
         return rows[0][0] if rows else None
+
+    def put_probe_suite(self, key: str, signatures: Iterable[str]) -> None:
+        """Remembers the signatures the probe corpus cuts into under `key`
+        (`dlbricks_tf.models.probes.cut_key`), so that a later campaign
+        can tell its probes are all stored without cutting them again.
+        What a cut gives holds on any machine and settings: it is kept once
+        per key, in the `meta` table, and not merged."""
+        text = json.dumps(sorted(set(signatures)))
+
+        def insert(db: sqlite3.Connection) -> None:
+            db.execute(
+                "INSERT OR REPLACE INTO meta VALUES (?, ?)",
+                (_PROBE_SUITE + key, text),
+            )
+
+        self._write(insert)
+
+    def probe_suite(self, key: str) -> list[str] | None:
+        """The signatures kept by `put_probe_suite` under `key`, or None
+        (also for a value that does not read back as a list of strings)."""
+        rows = self._read(
+            "SELECT value FROM meta WHERE key = ?", (_PROBE_SUITE + key,)
+        )
+        if not rows:
+            return None
+        try:
+            signatures = json.loads(rows[0][0])
+        except ValueError:
+            return None
+        if not isinstance(signatures, list) or not all(
+            isinstance(s, str) for s in signatures
+        ):
+            return None
+        return signatures
 
     def put_model(
         self,
