@@ -62,6 +62,47 @@ def test_the_nets_hold_the_layers_models_use(nets):
     assert grouped and all(g.groups == g.filters for g in grouped)
 
 
+def _conv_flops(layer) -> float:
+    """FLOPs of a Conv2D's call, from its built shapes."""
+    out = layer.output.shape
+    k = layer.kernel_size[0] * layer.kernel_size[1]
+    return 2.0 * out[1] * out[2] * k * layer.input.shape[-1] * layer.filters
+
+
+def test_one_net_in_six_reaches_the_largest_models_convolutions(nets):
+    large = probe_nets.LARGE_EVERY
+    assert probe_nets.MAX_FLOPS_LARGE > probe_nets.MAX_FLOPS
+    flops = {
+        i: [
+            _conv_flops(layer) / layer.groups
+            for layer in m.layers
+            if type(layer).__name__ == "Conv2D"
+        ]
+        for i, m in enumerate(nets)
+    }
+    small = [f for i, fs in flops.items() if i % large != large - 1 for f in fs]
+    wide = [f for i, fs in flops.items() if i % large == large - 1 for f in fs]
+    # The large nets hold convolutions past any of the others', within
+    # their own bound, and wider maps.
+    assert max(small) < max(wide) <= probe_nets.MAX_FLOPS_LARGE
+
+    def widest(i):  # The most channels of a map (not a flat vector).
+        return max(
+            layer.output.shape[-1]
+            for layer in nets[i].layers
+            if len(layer.output.shape) == 4
+        )
+
+    assert (
+        max(widest(i) for i in range(len(nets)) if i % large != large - 1)
+        <= 1024
+    )
+    assert (
+        max(widest(i) for i in range(len(nets)) if i % large == large - 1)
+        > 1024
+    )
+
+
 def test_nets_run_and_their_bricks_chain_back_into_the_net(nets):
     for model in nets[:4]:
         x = np.random.default_rng(0).normal(

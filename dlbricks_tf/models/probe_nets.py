@@ -41,7 +41,15 @@ dense layers, then a dense classifier. Strides of 2 come at random, more
 often on maps wider than 112. A convolution block narrows its filters,
 then its kernel, to stay under `MAX_FLOPS`, and a residual's or a
 padding's convolution is left out (or made depthwise) above it; the
-other blocks are bounded by their fixed widths. No net is drawn from a
+other blocks are bounded by their fixed widths.
+
+One net in `LARGE_EVERY` is drawn at the scale of the largest models:
+its convolutions may reach `MAX_FLOPS_LARGE` (VGG's 3x3 convolutions
+are 3.7 GFLOPs a call), its maps 2048 channels and its MLPs 8192, and
+its stem may keep the image's full resolution. Without them, every
+VGG and ConvNeXt layer past those bounds was priced by extrapolation:
+VGG16 and VGG19 read 0.74-0.76 (`efficiency`) and 1.27-1.31 (`kinds`)
+from the nets alone, and the largest ConvNeXts 0.85-0.88. No net is drawn from a
 particular model: the blocks are those of keras.applications and
 keras_hub image models, their sizes and order random.
 
@@ -70,6 +78,12 @@ SEED = 0
 PREFIX = "probe-net-"
 # FLOPs of a convolution block's call, at most.
 MAX_FLOPS = 240e6
+# One net in LARGE_EVERY (net i with i % LARGE_EVERY == LARGE_EVERY - 1)
+# is drawn at the scale of the largest models: convolutions up to
+# MAX_FLOPS_LARGE (VGG's 3x3 convolutions are 3.7 GFLOPs), up to 2048
+# channels, MLPs up to 8192 wide.
+LARGE_EVERY = 6
+MAX_FLOPS_LARGE = 4e9
 
 _IMAGE_SIZES = (224, 240, 260, 299, 300, 331, 380, 456, 480, 528, 600)
 _MAP_SIZES = (112, 56, 28, 14)
@@ -77,6 +91,7 @@ _CHANNELS = (
     16, 24, 32, 40, 48, 64, 80, 96, 112, 128, 160, 192, 256, 320, 384, 512,
     768, 1024,
 )  # fmt: skip
+_LARGE_CHANNELS = (1536, 2048)
 _STEM_FILTERS = (16, 24, 32, 40, 48, 64)
 _ACTIVATIONS = (
     "relu", "relu6", "swish", "gelu", "sigmoid", "hard_silu", "relu",
@@ -108,7 +123,8 @@ def build(index: int, seed: int = SEED) -> Any:
     if index < 0:
         raise ValueError(f"index must be 0 or more. Received: {index}")
     rng = random.Random(seed * 1_000_003 + index)
-    return _Net(keras, rng).model(name(index).replace("-", "_"))
+    large = index % LARGE_EVERY == LARGE_EVERY - 1
+    return _Net(keras, rng, large).model(name(index).replace("-", "_"))
 
 
 def sources(count: int = COUNT, seed: int = SEED) -> list[ModelSource]:
@@ -124,10 +140,12 @@ def sources(count: int = COUNT, seed: int = SEED) -> list[ModelSource]:
 class _Net:
     """Draws one net with `rng`, layer by layer."""
 
-    def __init__(self, keras: Any, rng: random.Random) -> None:
+    def __init__(self, keras: Any, rng: random.Random, large: bool) -> None:
         self.k = keras
         self.layers = keras.layers
         self.rng = rng
+        self.large = large
+        self.max_flops = MAX_FLOPS_LARGE if large else MAX_FLOPS
 
     def model(self, model_name: str) -> Any:
         rng, layers = self.rng, self.layers
@@ -155,10 +173,13 @@ class _Net:
             x = layers.Rescaling(1.0 / 255)(x)
         if rng.random() < 0.3:
             x = layers.Normalization(mean=[0.5] * 3, variance=[0.25] * 3)(x)
+        strides = 2
+        if self.large and x.shape[1] <= 260 and rng.random() < 0.5:
+            strides = 1  # A full-resolution stem, as VGG's.
         x = layers.Conv2D(
             rng.choice(_STEM_FILTERS),
             rng.choice((3, 3, 7)),
-            strides=2,
+            strides=strides,
             padding="same",
             use_bias=False,
         )(x)
@@ -181,9 +202,19 @@ class _Net:
             k = rng.choice((1, 1, 3, 3, 5, 7))
             filters = rng.choice(self._widths(size))
             out = -(-size // stride)
-            if _conv_flops(out, k, channels, filters) > MAX_FLOPS:
+            if _conv_flops(out, k, channels, filters) > self.max_flops:
                 filters = _CHANNELS[0]
-            if _conv_flops(out, k, channels, filters) > MAX_FLOPS:
+                if self.large:  # The widest within the bound.
+                    filters = max(
+                        [filters]
+                        + [
+                            c
+                            for c in self._widths(size)
+                            if _conv_flops(out, k, channels, c)
+                            <= self.max_flops
+                        ]
+                    )
+            if _conv_flops(out, k, channels, filters) > self.max_flops:
                 k = 1
             x = layers.Conv2D(
                 filters,
@@ -208,7 +239,7 @@ class _Net:
                 channels, rng.choice((3, 7)), padding="same", groups=channels
             )(x)
             x = layers.LayerNormalization()(x)
-            y = layers.Dense(min(4 * channels, 1024))(x)
+            y = layers.Dense(min(4 * channels, 8192 if self.large else 1024))(x)
             y = layers.Activation("gelu")(y)
             return layers.Dense(channels)(y)
         if kind == "squeeze":
@@ -224,7 +255,7 @@ class _Net:
             return layers.Multiply()([x, s])
         if kind == "residual":
             y = x
-            if _conv_flops(size, 1, channels, channels) <= MAX_FLOPS:
+            if _conv_flops(size, 1, channels, channels) <= self.max_flops:
                 y = layers.Conv2D(channels, 1, use_bias=False)(x)
             y = layers.BatchNormalization()(y)
             x = layers.Add()([x, y])
@@ -255,7 +286,7 @@ class _Net:
         if size <= 7:
             return x
         x = layers.ZeroPadding2D(((0, 1), (0, 1)))(x)
-        if _conv_flops(size // 2, 3, channels, channels) <= MAX_FLOPS:
+        if _conv_flops(size // 2, 3, channels, channels) <= self.max_flops:
             x = layers.Conv2D(
                 channels, 3, strides=2, padding="valid", use_bias=False
             )(x)
@@ -288,8 +319,13 @@ class _Net:
             return self.layers.ReLU(max_value=6.0)(x)
         return self.layers.Activation(activation)(x)
 
-    @staticmethod
-    def _widths(size: int) -> list[int]:
+    def _widths(self, size: int) -> list[int]:
+        if self.large:
+            return [
+                c
+                for c in _CHANNELS + _LARGE_CHANNELS
+                if c <= (512 if size >= 56 else 2048)
+            ]
         return [c for c in _CHANNELS if c <= (256 if size >= 56 else 1024)]
 
 
