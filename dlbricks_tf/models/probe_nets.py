@@ -48,10 +48,12 @@ its convolutions may reach `MAX_FLOPS_LARGE` (VGG's 3x3 convolutions
 are 3.7 GFLOPs a call), its maps 2048 channels and its MLPs 8192, and
 its stem may keep the image's full resolution. Without them, every
 VGG and ConvNeXt layer past those bounds was priced by extrapolation:
-VGG16 and VGG19 read 0.74-0.76 (`efficiency`) and 1.27-1.31 (`kinds`)
-from the nets alone, and the largest ConvNeXts 0.85-0.88. No net is drawn from a
-particular model: the blocks are those of keras.applications and
-keras_hub image models, their sizes and order random.
+from the nets alone, VGG16 and VGG19 read 0.74-0.76 (`efficiency`) and
+1.27-1.31 (`kinds`, 1.01 with them), the largest ConvNeXts 0.85-0.88.
+
+No net is drawn from a particular model: the blocks are those of
+keras.applications and keras_hub image models, their sizes and order
+random.
 
 The corpus is the same on every machine (a net is drawn from its own
 seed: net i of seed s is the same however many are drawn), so its

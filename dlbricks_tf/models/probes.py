@@ -175,7 +175,7 @@ def sources(count: int = COUNT, seed: int = SEED) -> list[ModelSource]:
 def cut_key(count: int, granularity: int, fuse: bool, seed: int = SEED) -> str:
     """What the first `count` probe nets cut into depends on, as a key.
 
-    Cutting the 180 nets takes about 17 s, so a store remembers the
+    Cutting the 180 nets takes 17-25 s on 2 cores, so a store keeps the
     signatures they cut into under this key (`Store.put_probe_suite`),
     and a budgeted campaign whose probes are all stored skips the cut.
     The key covers the nets' and the cutting's own code, the Keras and
