@@ -347,11 +347,16 @@ def test_report_notes_results_stored_before_the_onednn_rule(tmp_path):
     out.mkdir()
     (out / "report.json").write_text(json.dumps({"runs": [], "corpus": []}))
     new = SystemFingerprint(
-        "Test CPU", 2, 2, "Linux", "x86_64", "3.11", "2.21", "3.15", "", True
+        "Test CPU", 2, 2, "Linux", "x86_64", "3.11", "2.21", "3.15", "", True,
+        cpu_kind="GenuineTest family 6",
     )
     # As read back from a store written before the rule was recorded.
     old = SystemFingerprint.from_dict(
-        {k: v for k, v in new.to_dict().items() if k != "onednn_rule"}
+        {
+            k: v
+            for k, v in new.to_dict().items()
+            if k not in ("onednn_rule", "cpu_kind")
+        }
     )
     timing = Timing(1.0, 1.0, 1.0, 1.0, 10, 1.0, 1.0, False, 5, 0.3, 0.004)
     with Store(out / "store.sqlite") as store:
@@ -359,11 +364,14 @@ def test_report_notes_results_stored_before_the_onednn_rule(tmp_path):
         store.put("a", RunSettings(1, 2, 1), new, timing)
     proc = dlbricks("report", f"--out={out}")
     assert proc.returncode == 0, proc.stderr
-    assert proc.stdout.splitlines()[-1] == (
+    assert proc.stdout.splitlines()[-2:] == [
         f"Note: 1 result (fingerprint {old.id}) predates the oneDNN rule: "
         "its oneDNN label may be the old x86 default, not what TensorFlow "
-        "did."
-    )
+        "did.",
+        f"Note: 1 result (fingerprint {old.id}) predates the CPU's family "
+        "and model in the fingerprint: its machine is known by its CPU's "
+        "model name alone, which two CPU generations may share.",
+    ]
 
 
 if __name__ == "__main__":

@@ -271,6 +271,18 @@ def test_onednn_note_names_results_of_old_fingerprints():
     )
 
 
+def test_cpu_note_names_results_of_fingerprints_without_cpu_kind():
+    old = SystemFingerprint(**_MACHINE)
+    new = SystemFingerprint(**_MACHINE, cpu_kind="AuthenticAMD family 25")
+    assert old.legacy_cpu and not new.legacy_cpu
+    assert report.format_cpu_note([(old, 3), (new, 5)]) == (
+        f"Note: 3 results (fingerprint {old.id}) predate the CPU's family "
+        "and model in the fingerprint: their machine is known by its CPU's "
+        "model name alone, which two CPU generations may share."
+    )
+    assert report.format_cpu_note([(new, 5), (old, 0)]) == ""
+
+
 def test_onednn_note_is_empty_without_old_results():
     old = SystemFingerprint.from_dict(_MACHINE)
     new = SystemFingerprint(**_MACHINE)

@@ -3,8 +3,10 @@
 Without flags, prints <out>/report.json; with --compare, estimates
 --models (or --recipe files) on every machine and backend --db holds,
 names the fastest, and logs the comparison to TensorBoard (--logdir).
-Either way, one more line says when --db holds results whose oneDNN label
-predates TensorFlow's rule (`reporting.report.format_onednn_note`).
+Either way, a line more says when --db holds results whose oneDNN label
+predates TensorFlow's rule (`reporting.report.format_onednn_note`), and
+one when it holds results of fingerprints that name the CPU by its model
+name alone (`format_cpu_note`).
 """
 
 from __future__ import annotations
@@ -50,15 +52,22 @@ def report(sources, gs, safe_mode) -> None:
     print(text)
     if os.path.isfile(db):
         with outputs.open_store(db) as store:
-            _print_onednn_note(store.fingerprint_counts())
+            _print_notes(store.fingerprint_counts())
 
 
-def _print_onednn_note(counts) -> None:
-    """Says when the store holds results labelled by the old oneDNN rule."""
+def _print_notes(counts) -> None:
+    """Says when the store holds results of older fingerprints."""
 
-    note = report_lib.format_onednn_note(counts)
-    if note:
-        print(f"\n{note}")
+    notes = [
+        note
+        for note in (
+            report_lib.format_onednn_note(counts),
+            report_lib.format_cpu_note(counts),
+        )
+        if note
+    ]
+    if notes:
+        print("\n" + "\n".join(notes))
 
 
 def _compare(sources, gs, safe_mode, db, logdir) -> None:
@@ -89,7 +98,7 @@ def _compare(sources, gs, safe_mode, db, logdir) -> None:
             1,
         )
     print(compare.format_comparison(table))
-    _print_onednn_note(counts)
+    _print_notes(counts)
     outputs.make_dirs(logdir)
     estimates_board.write_comparison(logdir, table)
     print(f"\nTensorBoard: tensorboard --logdir {logdir}", flush=True)

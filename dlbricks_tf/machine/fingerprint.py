@@ -24,6 +24,22 @@ from typing import Any
 from dlbricks_tf.machine import process as process_lib
 
 _ID_LENGTH = 12
+# Instruction-set extensions TensorFlow, oneDNN, XLA and ONNX Runtime pick
+# their kernels by: two CPUs that differ in these run other code.
+ISA_FLAGS = (
+    "avx",
+    "avx2",
+    "fma",
+    "avx512f",
+    "avx512bw",
+    "avx512_vnni",
+    "avx512_bf16",
+    "avx512_fp16",
+    "avx_vnni",
+    "amx_tile",
+    "amx_bf16",
+    "amx_int8",
+)
 # How `SystemFingerprint.onednn` is found today (see its docstring).
 ONEDNN_RULE = "tf"
 
@@ -51,6 +67,14 @@ class SystemFingerprint:
             may not be what TensorFlow did. None is left out of the JSON,
             so such a fingerprint keeps its id, and a new one (always
             "tf") never takes an old one's id.
+        cpu_kind: The CPU's vendor, family, model and stepping and the
+            instruction-set extensions of `ISA_FLAGS` it has, from
+            /proc/cpuinfo, e.g. "AuthenticAMD family 25 model 17 stepping
+            1; avx avx2 ...". A VM may show two generations under one
+            `cpu_model` ("AMD EPYC"); this tells them apart. "" where
+            /proc/cpuinfo says nothing of it. None for a fingerprint
+            written before the field existed: it is left out of the JSON,
+            so such a fingerprint keeps its id (`legacy_cpu`).
     """
 
     cpu_model: str
@@ -64,6 +88,7 @@ class SystemFingerprint:
     onnxruntime: str
     onednn: bool
     onednn_rule: str | None = ONEDNN_RULE
+    cpu_kind: str | None = None
 
     @property
     def id(self) -> str:
@@ -76,14 +101,21 @@ class SystemFingerprint:
         """Whether `onednn` predates the rule (may be the x86 default)."""
         return self.onednn_rule is None
 
+    @property
+    def legacy_cpu(self) -> bool:
+        """Whether it predates `cpu_kind` (any CPU of that name)."""
+        return self.cpu_kind is None
+
     def to_dict(self) -> dict[str, Any]:
         """Returns the fields as a JSON-serialisable dict.
 
-        A fingerprint written before `onednn_rule` existed has no such key.
+        A fingerprint written before `onednn_rule` or `cpu_kind` existed
+        has no such key.
         """
         values = dataclasses.asdict(self)
-        if values["onednn_rule"] is None:
-            del values["onednn_rule"]
+        for key in ("onednn_rule", "cpu_kind"):
+            if values[key] is None:
+                del values[key]
         return values
 
     def to_json(self) -> str:
@@ -94,11 +126,12 @@ class SystemFingerprint:
     def from_dict(cls, data: Mapping[str, Any]) -> SystemFingerprint:
         """Builds a fingerprint from `to_dict` output.
 
-        A dict without `onednn_rule` (stored before it existed) reads back
-        with None, under the id it was stored with.
+        A dict without `onednn_rule` or `cpu_kind` (stored before they
+        existed) reads back with None, under the id it was stored with.
         """
         values = dict(data)
         values.setdefault("onednn_rule", None)
+        values.setdefault("cpu_kind", None)
         return cls(**values)
 
 
@@ -114,6 +147,37 @@ def cpu_model(cpuinfo_path: str = "/proc/cpuinfo") -> str:
     except OSError:
         pass
     return platform.processor() or platform.machine() or "unknown"
+
+
+def cpu_kind(cpuinfo_path: str = "/proc/cpuinfo") -> str:
+    """The first CPU's vendor, family, model, stepping and `ISA_FLAGS`.
+
+    Returns "" when the file cannot be read or names none of them (a
+    non-x86 machine may not).
+    """
+    fields: dict[str, str] = {}
+    try:
+        with open(cpuinfo_path, encoding="utf-8") as f:
+            for line in f:
+                if not line.strip():
+                    break  # the first processor's block ends
+                key, _, value = line.partition(":")
+                fields.setdefault(key.strip(), value.strip())
+    except OSError:
+        return ""
+    parts = [
+        f"{label} {fields[key]}" if label else fields[key]
+        for key, label in (
+            ("vendor_id", ""),
+            ("cpu family", "family"),
+            ("model", "model"),
+            ("stepping", "stepping"),
+        )
+        if fields.get(key)
+    ]
+    have = set(fields.get("flags", "").split())
+    isa = [flag for flag in ISA_FLAGS if flag in have]
+    return " ".join(parts) + ("; " + " ".join(isa) if isa else "")
 
 
 def _version(distribution: str) -> str:
@@ -143,4 +207,5 @@ def system_fingerprint() -> SystemFingerprint:
         onnxruntime=_version("onnxruntime"),
         onednn=process_lib.onednn_in_effect(),
         onednn_rule=ONEDNN_RULE,
+        cpu_kind=cpu_kind(),
     )

@@ -224,7 +224,38 @@ def format_onednn_note(fingerprints: Sequence[tuple[Any, int]]) -> str:
     Returns:
         The line, or "" when no result has such a fingerprint.
     """
-    old = [(fp, n) for fp, n in fingerprints if fp.legacy_onednn and n]
+    return _legacy_note(
+        [(fp, n) for fp, n in fingerprints if fp.legacy_onednn],
+        "the oneDNN rule",
+        "oneDNN label may be the old x86 default, not what TensorFlow did.",
+    )
+
+
+def format_cpu_note(fingerprints: Sequence[tuple[Any, int]]) -> str:
+    """One line on results whose fingerprint predates `cpu_kind`.
+
+    Before it, a fingerprint named the CPU by its model name alone, which
+    a VM may give two generations alike ("AMD EPYC"). Such results keep
+    their id; a machine fingerprinted since never takes it, so they are
+    not used for it, and are kept.
+
+    Args:
+        fingerprints: As for `format_onednn_note`.
+
+    Returns:
+        The line, or "" when no result has such a fingerprint.
+    """
+    return _legacy_note(
+        [(fp, n) for fp, n in fingerprints if fp.legacy_cpu],
+        "the CPU's family and model in the fingerprint",
+        "machine is known by its CPU's model name alone, which two CPU "
+        "generations may share.",
+    )
+
+
+def _legacy_note(old: Sequence[tuple[Any, int]], what: str, says: str) -> str:
+    """'Note: N results (fingerprints ...) predate <what>: their <says>'."""
+    old = [(fp, n) for fp, n in old if n]
     if not old:
         return ""
     results = sum(n for _, n in old)
@@ -233,9 +264,8 @@ def format_onednn_note(fingerprints: Sequence[tuple[Any, int]]) -> str:
     return (
         f"Note: {results} result{'s' * (results != 1)} (fingerprint"
         f"{'s' * (len(old) != 1)} {ids}) "
-        f"{'predates' if results == 1 else 'predate'} the oneDNN rule: "
-        f"{'its' if results == 1 else 'their'} oneDNN label may be the old "
-        "x86 default, not what TensorFlow did."
+        f"{'predates' if results == 1 else 'predate'} {what}: "
+        f"{'its' if results == 1 else 'their'} {says}"
     )
 
 
