@@ -105,9 +105,7 @@ def test_fingerprint_before_cpu_kind_keeps_its_id():
     assert "cpu_kind" not in old.to_dict() and old.id == OLD_ID
     # Written with the rule, before `cpu_kind`: its id is unchanged too.
     ruled = dataclasses.replace(old, onednn_rule=fingerprint.ONEDNN_RULE)
-    again = fingerprint.SystemFingerprint.from_dict(
-        json.loads(ruled.to_json())
-    )
+    again = fingerprint.SystemFingerprint.from_dict(json.loads(ruled.to_json()))
     assert again == ruled and again.id == ruled.id and again.legacy_cpu
     # The same machine fingerprinted today never takes the old ids.
     new = dataclasses.replace(ruled, cpu_kind="AuthenticAMD family 25")
