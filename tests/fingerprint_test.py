@@ -88,7 +88,7 @@ def test_cpu_kind_from_cpuinfo(tmp_path):
     assert fingerprint.cpu_kind(str(tmp_path / "absent")) == ""
 
 
-def test_two_cpu_generations_of_one_model_name_differ(tmp_path):
+def test_two_cpu_generations_of_one_model_name_differ():
     fp = fingerprint.system_fingerprint()
     assert fp.cpu_kind == fingerprint.cpu_kind() and not fp.legacy_cpu
     assert json.loads(fp.to_json())["cpu_kind"] == fp.cpu_kind
