@@ -4,6 +4,7 @@ arithmetic); and a real `run` whose second model's bricks are all stored
 (real timers, a real store; no timing threshold)."""
 
 import dataclasses
+import math
 
 import pytest
 
@@ -83,6 +84,32 @@ def test_the_drift_is_known_to_its_anchors_precision():
     assert anchors.drift_precision(COUNTS, retimed) == pytest.approx(0.5 / 9)
 
 
+def test_the_stored_bricks_are_carried_half_way_in_logs():
+    assert anchors.DAMPING == 0.5
+    assert anchors.carry(1.21) == pytest.approx(1.1)
+    assert anchors.carry(0.81) == pytest.approx(0.9)
+    assert anchors.carry(1.0) == 1.0
+    assert anchors.carry(1.21, damping=1.0) == pytest.approx(1.21)
+    assert anchors.carry(1.21, damping=0.0) == 1.0
+
+
+def test_the_carry_is_known_to_its_anchors_and_to_its_two_estimates():
+    retimed = {"a": _t(5.0, half=0.3), "b": _t(2.0, half=0.2)}
+    # Steady: only the anchors' own precision, halved with the log.
+    assert anchors.carry_precision(COUNTS, retimed, 1.0) == pytest.approx(
+        0.5 * 0.5 / 9
+    )
+    # A drift of 1.21: the carry, 1.1, sits log(1.1) from either end.
+    assert anchors.carry_precision(COUNTS, retimed, 1.21) == pytest.approx(
+        math.hypot(0.5 * 0.5 / 9, math.log(1.1))
+    )
+    # Carried all the way, the stored estimate is the far end.
+    assert anchors.carry_precision(
+        COUNTS, retimed, 1.21, damping=1.0
+    ) == pytest.approx(math.hypot(0.5 / 9, math.log(1.21)))
+    assert anchors.carry_precision(COUNTS, {}, 1.21) == 0.0
+
+
 def test_mean_half_of_none_stays_none():
     t = dataclasses.replace(STORED["a"], mean_half_ms=None)
     assert anchors.carried({"a": t}, {"a"}, 2.0)["a"].mean_half_ms is None
@@ -131,9 +158,10 @@ def test_a_model_of_stored_bricks_times_anchors_and_stores_none(tmp_path, use):
         assert row["anchor_drift"] > 0
     else:
         assert row["anchor_bricks"] == 0 and row["anchor_drift"] == 1.0
-    # The same bricks, each carried by the drift.
+    assert row["anchor_carry"] == pytest.approx(math.sqrt(row["anchor_drift"]))
+    # The same bricks, each carried half-way (in logs) by the drift.
     assert row["estimated_ms"] == pytest.approx(
-        row["anchor_drift"] * first_row["estimated_ms"]
+        row["anchor_carry"] * first_row["estimated_ms"]
     )
     assert row["estimate_precision"] >= first_row["estimate_precision"]
 

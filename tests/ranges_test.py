@@ -82,6 +82,24 @@ def test_a_wide_range_is_flagged_with_its_larger_cause():
     )
 
 
+def test_a_range_the_anchors_widen_names_their_drift():
+    # Stored bricks read 1.21x timed again: +-9.5% of the carry's, in
+    # quadrature with +-6% of the other bricks'; the others agree.
+    anchor = math.log(1.1)
+    rows = [_row("x", 10.0, 10.0, math.hypot(0.06, anchor), ("conv_1",))]
+    rows[0].update(anchor_drift=1.21, anchor_half=anchor)
+    rows += [_row(f"m{i}", 10.0, 10.0) for i in range(3)]
+    ranges.widen(rows)
+    assert rows[0]["range_flag"] == (
+        "anchors: its stored bricks read x1.210 timed again beside it, "
+        "carried half-way; bricks: conv_1"
+    )
+    # The other bricks weigh more: they are named, as before.
+    rows[0].update(estimate_precision=math.hypot(0.15, anchor))
+    ranges.widen(rows)
+    assert rows[0]["range_flag"] == "bricks: conv_1"
+
+
 def test_a_miss_its_own_bricks_explain_is_not_the_machines():
     # m1 misses by 20% with bricks of +-40% (mostly predicted): its miss
     # is its bricks'; m2 misses by 20% with bricks of +-4%: 0.2^2 less

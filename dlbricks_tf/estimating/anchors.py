@@ -14,23 +14,36 @@ ResNet101V2), while the models timed beside their own bricks read within
 So a model whose bricks are mostly stored gets anchors: its stored
 bricks that weigh most in its estimate (count x latency), timed again in
 chains beside it, never written to the store. Their drift, the ratio of
-their sum now to their stored sum (each weighted by its count), carries
-every stored brick of the model to the phase of its own measurement:
+their sum now to their stored sum (each weighted by its count), says how
+far the machine has moved for those bricks since they were stored:
 
-    estimate = sum_new c_b t_b + drift * sum_stored c_b t_b,
     drift = sum_anchors c_a t_a(now) / sum_anchors c_a t_a(stored).
 
-A slowdown that hits the model and its anchors alike then leaves the
-ratio where it was; on a steady machine the drift is about 1 and the
-estimate unchanged. The store keeps its timings; `estimate` (which
-measures nothing) reads them as they are.
+The stored part of the estimate is then known twice: as stored (on the
+reference scale, which carries part of the machine's drift), and carried
+by the anchors (a few bricks, timed in a chain of their own, which reads
+them a few percent off where they were stored). Neither is the better:
+in four runs of the 40 at G=1 on AMD EPYC hosts (2026-12-04 to 08,
+quiet, oneDNN off and beside a CPU spinner; 16 models take anchors) the
+log misses of those models had an RMS of 0.055-0.137 as stored,
+0.049-0.109 carried by the whole drift, and 0.030-0.116 carried
+half-way, the lowest in three of the four. So the stored bricks are
+carried by the square root of the drift (`DAMPING`), the geometric mean
+of the two estimates:
 
-It is an option of `run` (`--anchors`), off by default: in a run of the
-40 with it, the 16 models that took anchors read drifts of 0.81-1.07
-(median 0.95), so a few heavy bricks timed again in another chain moved
-as much as the machine had; it pulled EfficientNetV2M in (1.129 to
-0.919) and pushed InceptionV3 out (1.051 to 0.880). Measured in
-docs/measuring.md.
+    estimate = sum_new c_b t_b + drift**DAMPING * sum_stored c_b t_b.
+
+The two estimates' disagreement is part of the range: either may be the
+right one, so the carried part is known to within half of |log drift|,
+beside the anchors' own precision (`carry_precision`). A slowdown that
+hits the model and its anchors alike moves the estimate half-way with
+it; on a steady machine the drift is about 1 and the estimate unchanged.
+The store keeps its timings; `estimate` (which measures nothing) reads
+them as they are.
+
+It is an option of `run` (`--anchors`), off by default: runs without
+anchors, alternated with them, did as well or better on the same
+models (docs/measuring.md).
 
 Nothing here imports TensorFlow.
 """
@@ -53,6 +66,10 @@ SHARE = 0.5
 # about 10-25 ms a brick, and the heaviest few hold most of a model (a
 # ResNet50's five heaviest stored bricks hold 45% of its estimate).
 MOST = 24
+# The share of log(drift) the stored bricks are carried by: the two
+# estimates of the stored part (as stored, and carried by the whole
+# drift) missed alike, and their geometric mean missed least (above).
+DAMPING = 0.5
 
 
 def choose(
@@ -128,6 +145,27 @@ def drift_precision(
         )
     )
     return spread / total if total > 0 else math.inf
+
+
+def carry(drift: float, damping: float = DAMPING) -> float:
+    """The factor the stored bricks are carried by: drift**damping."""
+    return drift**damping
+
+
+def carry_precision(
+    counts: Mapping[str, int],
+    retimed: Mapping[str, Timing],
+    drift: float,
+    damping: float = DAMPING,
+) -> float:
+    """Relative half-width of `carry(drift)`: the anchors' precision
+    (`drift_precision`, times `damping`) and how far the factor may sit
+    from either estimate it stands between (the stored one, 1, and the
+    whole drift), in quadrature."""
+    if not retimed or not drift > 0:
+        return 0.0
+    between = max(damping, 1 - damping) * abs(math.log(drift))
+    return math.hypot(damping * drift_precision(counts, retimed), between)
 
 
 def carried(

@@ -28,6 +28,9 @@ The two parts add in quadrature, the same on each side of the estimate.
 A model is flagged when its range is wider than +-10% (the accuracy the
 tool promises) and the row says why: the bricks whose intervals weigh most
 in it, or the machine's variation in this run, whichever is larger. A
+model carried by its anchors (`dlbricks_tf.estimating.anchors`) holds the
+two estimates' disagreement in its bricks' part (`anchor_half`), and its
+flag names the anchors' drift where that is the larger share of it. A
 row with predicted bricks (a campaign within a budget,
 `dlbricks_tf.running.budget`) holds their error in its bricks' part
 (`precision.estimate_precision`): once the campaign has timed bricks of
@@ -158,6 +161,13 @@ def _why(
             "at 95%"
         )
     named = ", ".join(row.get("uncertain_bricks") or ())
+    anchor = row.get("anchor_half") or 0.0
+    if anchor >= bricks / math.sqrt(2):  # The larger part of the bricks'.
+        return (
+            f"anchors: its stored bricks read x{row['anchor_drift']:.3f} "
+            "timed again beside it, carried half-way"
+            + (f"; bricks: {named}" if named else "")
+        )
     share = row.get("predicted_share") or 0.0
     if share > 0:  # Predicted bricks carry the predictor's error.
         return (

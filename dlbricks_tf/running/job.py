@@ -179,9 +179,10 @@ def run_granularity(
         anchors: A model whose brick calls are mostly stored already gets
             anchors (`dlbricks_tf.estimating.anchors`): its heaviest
             stored bricks, timed again beside it in its rounds (not
-            stored), carry its stored bricks to the phase of its own
-            measurement; its row gives `anchor_bricks` and
-            `anchor_drift`. TF chains only.
+            stored), carry its stored bricks half-way (in logs) to the
+            phase of its own measurement; its row gives `anchor_bricks`,
+            `anchor_drift` (the anchors' ratio now / stored) and
+            `anchor_carry` (the factor applied). TF chains only.
         converted: On ONNX Runtime, {model name: (its ONNX file, its
             reorders)} that earlier G of the same job made: a model found
             here is not converted, nor its reorders read, again (a whole
@@ -391,12 +392,13 @@ def run_granularity(
         """A model's row of report.json, logged: its measurement against
         its estimate (with `spent`, a budget's: the rest predicted)."""
         drift = anchors_lib.drift(counts, results, retimed)
+        carry = anchors_lib.carry(drift)
         row = model_row(
             name,
             granularity,
             settings,
             measured[name],
-            anchors_lib.carried(results, stored_before, drift),
+            anchors_lib.carried(results, stored_before, carry),
             d,
             failed,
             predicted=None if spent is None else spent.predicted,
@@ -405,19 +407,22 @@ def run_granularity(
         )
         row["anchor_bricks"] = len(retimed)
         row["anchor_drift"] = drift
+        row["anchor_carry"] = carry
         if retimed and not math.isnan(row["estimated_ms"]):
-            # The drift is known to its anchors' precision, on the stored
-            # part of the estimate.
+            # The carry is known to its anchors' precision and to how far
+            # it sits from either estimate, on the stored part.
             part = sum(
-                c * results[s].center_ms * drift
+                c * results[s].center_ms * carry
                 for s, c in counts.items()
                 if s in stored_before
             )
-            row["estimate_precision"] = math.hypot(
-                row["estimate_precision"],
-                anchors_lib.drift_precision(counts, retimed)
+            row["anchor_half"] = (
+                anchors_lib.carry_precision(counts, retimed, drift)
                 * part
-                / row["estimated_ms"],
+                / row["estimated_ms"]
+            )
+            row["estimate_precision"] = math.hypot(
+                row["estimate_precision"], row["anchor_half"]
             )
         row["new_unique_bricks"] = new_bricks
         if row["failed_bricks"] and math.isnan(row["estimated_ms"]):
