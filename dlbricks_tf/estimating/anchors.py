@@ -68,7 +68,8 @@ SHARE = 0.5
 MOST = 24
 # The share of log(drift) the stored bricks are carried by: the two
 # estimates of the stored part (as stored, and carried by the whole
-# drift) missed alike, and their geometric mean missed least (above).
+# drift) missed alike, and their geometric mean missed least in three
+# runs of four (above).
 DAMPING = 0.5
 
 
